@@ -1,0 +1,514 @@
+//! Wire types of swarmtodo: the task model, snapshots, `todo_write` requests and
+//! results, typed errors and events.
+//!
+//! These types are the one schema every client reads (DESIGN.md §3, §5, §6). They are
+//! plain data: serde with `deny_unknown_fields`, so that a misspelt field is an error and
+//! not silently dropped, and `schemars`, so that `proto/schema/*.json` is generated from
+//! them (see [`schemas`]).
+//!
+//! ```
+//! use swarmtodo_proto::{Status, Task};
+//! let task: Task = serde_json::from_str(
+//!     r#"{"id":"t1","content":"Run the tests","status":"in_progress"}"#,
+//! ).unwrap();
+//! assert_eq!(task.status, Status::InProgress);
+//! assert!(serde_json::from_str::<Task>(r#"{"id":"t1","content":"x","status":"done"}"#).is_err());
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Longest task id accepted, in bytes.
+pub const TASK_ID_BYTES_MAX: usize = 128;
+/// Longest `content` or `active_form`, in bytes.
+pub const TASK_TEXT_BYTES_MAX: usize = 4 * 1024;
+/// Longest agent id (owner), in bytes.
+pub const AGENT_ID_BYTES_MAX: usize = 128;
+/// Most dependencies one task may name.
+pub const BLOCKED_BY_COUNT_MAX: usize = 64;
+/// Most tasks in one list.
+pub const LIST_TASKS_MAX: usize = 10_000;
+/// Most operations in one `todo_write` (patch ops or replace tasks).
+pub const WRITE_OPS_MAX: usize = LIST_TASKS_MAX;
+/// Longest `explanation`, in bytes.
+pub const EXPLANATION_BYTES_MAX: usize = 1024;
+
+/// Where a task stands.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Not started.
+    Pending,
+    /// Being worked on (at most one per owner, DESIGN.md §4 rule 2).
+    InProgress,
+    /// Done.
+    Completed,
+    /// Will not be done.
+    Cancelled,
+    /// Waiting on something outside the list.
+    Blocked,
+}
+
+impl Status {
+    /// Every value, in the order they are documented.
+    pub const ALL: [Status; 5] = [
+        Status::Pending,
+        Status::InProgress,
+        Status::Completed,
+        Status::Cancelled,
+        Status::Blocked,
+    ];
+
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::InProgress => "in_progress",
+            Status::Completed => "completed",
+            Status::Cancelled => "cancelled",
+            Status::Blocked => "blocked",
+        }
+    }
+
+    /// Open tasks still have work left: everything but `completed` and `cancelled`.
+    pub fn is_open(self) -> bool {
+        !matches!(self, Status::Completed | Status::Cancelled)
+    }
+
+    /// The allowed spellings, for error messages.
+    pub fn allowed() -> Vec<&'static str> {
+        Status::ALL.iter().map(|s| s.as_str()).collect()
+    }
+}
+
+impl FromStr for Status {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        Status::ALL
+            .iter()
+            .copied()
+            .find(|v| v.as_str() == s)
+            .ok_or(())
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How much a task matters.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    /// Do first.
+    High,
+    /// The default.
+    #[default]
+    Medium,
+    /// Do last.
+    Low,
+}
+
+impl Priority {
+    /// Every value.
+    pub const ALL: [Priority; 3] = [Priority::High, Priority::Medium, Priority::Low];
+
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::High => "high",
+            Priority::Medium => "medium",
+            Priority::Low => "low",
+        }
+    }
+
+    /// The allowed spellings, for error messages.
+    pub fn allowed() -> Vec<&'static str> {
+        Priority::ALL.iter().map(|s| s.as_str()).collect()
+    }
+}
+
+impl FromStr for Priority {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        Priority::ALL
+            .iter()
+            .copied()
+            .find(|v| v.as_str() == s)
+            .ok_or(())
+    }
+}
+
+impl fmt::Display for Priority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One task of a list, as every client reads it (DESIGN.md §3). The order of a list is
+/// the order of its snapshot's `tasks`; the position key itself is internal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Task {
+    /// Stable id, unique in the list.
+    pub id: String,
+    /// Imperative form, non-empty: "Run the tests".
+    pub content: String,
+    /// Present-continuous label for spinners: "Running the tests".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_form: Option<String>,
+    /// Where the task stands.
+    pub status: Status,
+    /// How much it matters.
+    #[serde(default)]
+    pub priority: Priority,
+    /// Agent id that holds the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Ids of tasks in the same list this one waits for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked_by: Vec<String>,
+}
+
+/// A list's version: its Automerge heads, each base58-encoded, sorted, joined by `.`.
+/// The empty list (no change at all) is `"0"`.
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(transparent)]
+pub struct Version(pub String);
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A list at one version: its tasks in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {
+    /// The version this snapshot shows.
+    pub version: Version,
+    /// The tasks, in list order.
+    pub tasks: Vec<Task>,
+}
+
+/// Changes to one existing or new task in a `patch` write. Absent fields keep their
+/// value (or take the default for a new task); `null` clears an optional field.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskPatch {
+    /// The task to change or create. Omit to create a task with a generated id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// New content (required when the task is new).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// New active form; `null` clears it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    #[schemars(with = "Option<String>")]
+    pub active_form: Option<Option<String>>,
+    /// New status (a new task defaults to `pending`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// New priority (a new task defaults to `medium`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    /// New owner; `null` releases the task.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    #[schemars(with = "Option<String>")]
+    pub owner: Option<Option<String>>,
+    /// New dependency list (replaces the old one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<Vec<String>>,
+}
+
+fn double_option<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// One operation of a `patch` write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PatchOp {
+    /// Create the task or change the given fields of it. A new task goes to the end
+    /// unless `after` says otherwise.
+    Upsert {
+        /// The fields to set.
+        task: TaskPatch,
+    },
+    /// Remove the task.
+    Remove {
+        /// The task to remove.
+        id: String,
+    },
+    /// Move the task right after `after`, or to the front when `after` is absent.
+    Move {
+        /// The task to move.
+        id: String,
+        /// The task it should follow; absent: first.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+    },
+}
+
+/// What a `todo_write` does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+pub enum WriteMode {
+    /// The desired whole list, applied as a diff against `base_version`: tasks the writer
+    /// saw there and left out are removed; tasks others added since are kept.
+    Replace {
+        /// The list as the writer wants it, in order.
+        tasks: Vec<TaskPatch>,
+        /// The version the writer last read. Absent: the current version (plain replace).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base_version: Option<Version>,
+    },
+    /// Single-task operations, applied in order.
+    Patch {
+        /// The operations.
+        ops: Vec<PatchOp>,
+    },
+}
+
+/// A `todo_write` request (DESIGN.md §5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteRequest {
+    /// Replace or patch.
+    #[serde(flatten)]
+    pub mode: WriteMode,
+    /// Compare-and-set: refuse the write unless the list is still at this version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_version: Option<Version>,
+    /// Why: recorded with the change and on the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
+}
+
+/// What a successful `todo_write` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteResult {
+    /// The version after the write (unchanged when `changed` is false).
+    pub version: Version,
+    /// False when the write asked for what was already there.
+    pub changed: bool,
+    /// Tasks created, in request order.
+    pub created: Vec<String>,
+    /// Tasks whose fields or position changed.
+    pub updated: Vec<String>,
+    /// Tasks removed.
+    pub removed: Vec<String>,
+}
+
+/// Stable error codes of `todo_write` / `todo_read`. A client branches on these, never
+/// on the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// A field has a value outside the allowed set or shape.
+    InvalidValue,
+    /// A required field is missing or empty.
+    MissingField,
+    /// The same task id appears twice in one write.
+    DuplicateId,
+    /// The write would leave two tasks `in_progress` for one owner.
+    SecondInProgress,
+    /// `expected_version` no longer matches: re-read and retry.
+    StaleVersion,
+    /// The version named is not known to this replica.
+    UnknownVersion,
+    /// The write names a task that is not in the list.
+    UnknownTask,
+    /// A limit was exceeded (sizes, counts).
+    LimitExceeded,
+    /// A dependency names an unknown task or makes a cycle.
+    InvalidDependency,
+    /// The replica failed to commit a valid write; nothing changed, retry.
+    Internal,
+}
+
+/// An error a client can act on: a stable code, the field it concerns, the allowed
+/// values where a set applies, and a message that says what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApiError {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Path of the offending field, e.g. `ops[2].task.status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The allowed values, when the field takes one of a set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed: Vec<String>,
+    /// Human-readable: what went wrong and what to do.
+    pub message: String,
+    /// On `stale_version`: the current list, so the client can retry without a read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<Box<Snapshot>>,
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.code)?;
+        if let Some(field) = &self.field {
+            write!(f, " at {field}")?;
+        }
+        write!(f, ": {}", self.message)?;
+        if !self.allowed.is_empty() {
+            write!(f, " (allowed: {})", self.allowed.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// The invariants the authority checks (DESIGN.md §4).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// Status and priority are valid values; content is non-empty.
+    Schema,
+    /// At most one `in_progress` per owner (or per list, by policy).
+    SingleActive,
+    /// `blocked_by` names existing tasks, has no cycle, and no completed task waits on an
+    /// open one.
+    Dependencies,
+    /// A worker changes only tasks it owns or claims.
+    Ownership,
+}
+
+impl Rule {
+    /// Every rule.
+    pub const ALL: [Rule; 4] = [
+        Rule::Schema,
+        Rule::SingleActive,
+        Rule::Dependencies,
+        Rule::Ownership,
+    ];
+}
+
+/// What the authority did about a violation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Resolution {
+    /// Reported only; the list keeps the state.
+    Reported,
+    /// Repaired with an ordinary change of the authority's.
+    Repaired {
+        /// What the repair did, for people.
+        how: String,
+    },
+}
+
+/// A field value as written by one agent, in a violation or conflict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WrittenValue {
+    /// The task.
+    pub task: String,
+    /// The field.
+    pub field: String,
+    /// The value (JSON).
+    pub value: serde_json::Value,
+    /// The agent that wrote it, when the list knows the writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The Automerge operation that wrote it (`counter@actor`).
+    pub op: String,
+}
+
+/// An invariant broken by a merge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Violation {
+    /// Stable key: the same violation always has the same key, so it is reported once.
+    pub key: String,
+    /// The rule.
+    pub rule: Rule,
+    /// What is wrong, for people.
+    pub message: String,
+    /// The tasks involved, sorted.
+    pub tasks: Vec<String>,
+    /// The agents involved, sorted.
+    pub agents: Vec<String>,
+    /// The changes involved (hex hashes), sorted.
+    pub changes: Vec<String>,
+    /// The values involved.
+    pub values: Vec<WrittenValue>,
+    /// The list's version when the violation was detected.
+    pub version: Version,
+    /// Reported or repaired.
+    pub resolution: Resolution,
+}
+
+/// Concurrent writes to the same field of the same task (DESIGN.md §4 rule 5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Conflict {
+    /// Stable key, as for violations.
+    pub key: String,
+    /// The task.
+    pub task: String,
+    /// The field.
+    pub field: String,
+    /// Every concurrent value, in Automerge's order (the winner last).
+    pub values: Vec<WrittenValue>,
+    /// The value that won.
+    pub winner: WrittenValue,
+    /// The agents involved, sorted.
+    pub agents: Vec<String>,
+    /// The list's version when the conflict was detected.
+    pub version: Version,
+}
+
+/// Every JSON schema of the wire types, by file name, for `proto/schema/`.
+pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
+    vec![
+        ("task.json", schemars::schema_for!(Task)),
+        ("snapshot.json", schemars::schema_for!(Snapshot)),
+        ("write_request.json", schemars::schema_for!(WriteRequest)),
+        ("write_result.json", schemars::schema_for!(WriteResult)),
+        ("api_error.json", schemars::schema_for!(ApiError)),
+        ("violation.json", schemars::schema_for!(Violation)),
+        ("conflict.json", schemars::schema_for!(Conflict)),
+    ]
+}

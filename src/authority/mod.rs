@@ -1,0 +1,870 @@
+//! The authority: after every merge it checks the invariants of DESIGN.md §4 on what the
+//! merge touched, reports each violation and conflict exactly once, and chooses repairs.
+//!
+//! It does no I/O and reads no clock: [`Authority::check`] takes the list and the
+//! [`Merge`] the list returned, and gives back events and the repair to apply;
+//! [`Authority::process`] also applies the repair as an ordinary change of the
+//! authority's replica (and checks that change in turn). Cost follows the merge: only
+//! touched tasks, their dependents and the owners they name are looked at.
+//!
+//! Repairs are functions of the merged state and the offending changes only (never of
+//! the order merges arrived in), so two authorities that see the same changes choose
+//! the same repair.
+//!
+//! ```
+//! use automerge::ActorId;
+//! use swarmtodo::authority::{Authority, Policy, Roles};
+//! use swarmtodo::model::{TodoList, WriteContext};
+//! use swarmtodo::proto::{PatchOp, Rule, Status, TaskPatch, WriteMode, WriteRequest};
+//!
+//! fn upsert(id: &str, status: Status) -> WriteRequest {
+//!     WriteRequest {
+//!         mode: WriteMode::Patch { ops: vec![PatchOp::Upsert { task: TaskPatch {
+//!             id: Some(id.into()), content: Some(format!("Do {id}")), status: Some(status),
+//!             owner: Some(Some("bob".into())), ..TaskPatch::default()
+//!         }}]},
+//!         expected_version: None,
+//!         explanation: None,
+//!     }
+//! }
+//! let mut hub = TodoList::create(ActorId::from([9u8; 16]));
+//! let mut a = hub.fork(ActorId::from([1u8; 16]));
+//! let mut b = hub.fork(ActorId::from([2u8; 16]));
+//! a.write(&upsert("t1", Status::InProgress), &WriteContext::new("alice", 1, 1)).unwrap();
+//! b.write(&upsert("t2", Status::InProgress), &WriteContext::new("bob", 1, 2)).unwrap();
+//!
+//! let mut authority = Authority::new("hub", Policy::default(), Roles::default());
+//! let m = hub.merge_from(&a).unwrap();
+//! assert!(authority.process(&mut hub, m, 10).unwrap().violations.is_empty());
+//! let m = hub.merge_from(&b).unwrap();
+//! let report = authority.process(&mut hub, m, 11).unwrap();
+//! assert_eq!(report.violations.len(), 1);
+//! assert_eq!(report.violations[0].rule, Rule::SingleActive);
+//! let active = hub.read().tasks.iter().filter(|t| t.status == Status::InProgress).count();
+//! assert_eq!(active, 1);
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use automerge::{ObjId as ExId, ReadDoc};
+
+use crate::model::{
+    field, normalize_priority, normalize_status, status_alias, FieldValue, Merge, ModelError,
+    OpKey, RawTask, TaskDelta, TodoList, TASK_ENTRY,
+};
+use crate::proto::{
+    Conflict, Priority, Resolution, Rule, Status, Version, Violation, WrittenValue,
+};
+
+/// Most check → repair → check rounds for one merge. A repair only writes valid values,
+/// so the second round finds nothing; the bound makes a bug a reported stop, not a loop.
+pub const REPAIR_ROUNDS_MAX: usize = 4;
+/// Most tasks one dependency walk visits (bounded by the list size limit).
+pub const DEPENDENCY_WALK_MAX: usize = crate::proto::LIST_TASKS_MAX;
+
+/// What to do about a rule's violations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Emit the event; leave the state.
+    Report,
+    /// Emit the event and repair.
+    Repair,
+}
+
+/// Whether "one task in progress" counts per owner or for the whole list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActiveScope {
+    /// At most one `in_progress` per owner (unowned tasks share one bucket).
+    PerOwner,
+    /// At most one `in_progress` in the list.
+    PerList,
+}
+
+/// A list's policy: per rule, report or repair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Invalid status or priority: repair to what it means (`done` → `completed`) or
+    /// the default; empty content can only be reported.
+    pub schema: Action,
+    /// A second `in_progress`: repair keeps the one set last (Automerge's order of the
+    /// status writes) and sets the others back to `pending`.
+    pub single_active: Action,
+    /// Per owner or per list.
+    pub single_active_scope: ActiveScope,
+    /// Missing dependency, cycle, completed before its dependency: repair drops missing
+    /// ids and breaks a cycle at its greatest task id; completed-before-open is reported.
+    pub dependencies: Action,
+    /// A worker changed a task it does not own: repair restores the fields it wrote to
+    /// their values before that change.
+    pub ownership: Action,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            schema: Action::Repair,
+            single_active: Action::Repair,
+            single_active_scope: ActiveScope::PerOwner,
+            dependencies: Action::Report,
+            ownership: Action::Repair,
+        }
+    }
+}
+
+/// An agent's role on a list (DESIGN.md §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Reads and writes everything.
+    Lead,
+    /// Changes only tasks it owns or claims.
+    Worker,
+    /// Reads only.
+    Observer,
+}
+
+/// Roles by agent id, with a default for agents not named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roles {
+    /// Named agents.
+    pub by_agent: BTreeMap<String, Role>,
+    /// Everyone else (and changes whose actor never said which agent it is).
+    pub default: Role,
+}
+
+impl Default for Roles {
+    fn default() -> Self {
+        Roles {
+            by_agent: BTreeMap::new(),
+            default: Role::Lead,
+        }
+    }
+}
+
+impl Roles {
+    /// The role of `agent`.
+    pub fn of(&self, agent: Option<&str>) -> Role {
+        agent
+            .and_then(|a| self.by_agent.get(a))
+            .copied()
+            .unwrap_or(self.default)
+    }
+}
+
+/// Field writes chosen by the authority, keyed so that two rules never write one field
+/// twice and the order is deterministic.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Repair {
+    sets: BTreeMap<(String, &'static str), FieldValue>,
+    /// What the repair does, for people (one line per violation).
+    pub notes: Vec<String>,
+}
+
+impl Repair {
+    /// True when there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.sets.is_empty()
+    }
+
+    fn set(&mut self, task: &str, field: &'static str, value: FieldValue) {
+        self.sets.entry((task.to_owned(), field)).or_insert(value);
+    }
+
+    /// The writes, as `(task, field, value)` in a fixed order.
+    fn writes(&self) -> Vec<(String, &'static str, FieldValue)> {
+        self.sets
+            .iter()
+            .map(|((t, f), v)| (t.clone(), *f, v.clone()))
+            .collect()
+    }
+
+    /// `(task, field, rendered value)` for tests and logs.
+    pub fn describe(&self) -> Vec<(String, String, String)> {
+        self.sets
+            .iter()
+            .map(|((t, f), v)| (t.clone(), (*f).to_owned(), format!("{v:?}")))
+            .collect()
+    }
+}
+
+/// What one check found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// New violations (never reported before).
+    pub violations: Vec<Violation>,
+    /// New conflicts.
+    pub conflicts: Vec<Conflict>,
+    /// The repair to apply.
+    pub repair: Repair,
+}
+
+/// What [`Authority::process`] did for one merge.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Violations, in the order found.
+    pub violations: Vec<Violation>,
+    /// Conflicts, in the order found.
+    pub conflicts: Vec<Conflict>,
+    /// The repair changes applied (what each touched).
+    pub repairs: Vec<Merge>,
+}
+
+/// The authority for one list.
+#[derive(Debug, Clone)]
+pub struct Authority {
+    /// The agent id repairs are recorded under.
+    agent: String,
+    policy: Policy,
+    roles: Roles,
+    /// Keys of every violation and conflict already reported: the idempotency set that
+    /// makes each report happen once (persisted by the store across restarts).
+    reported: BTreeSet<String>,
+}
+
+/// Tasks and values gathered for one violation.
+struct Finding {
+    key: String,
+    rule: Rule,
+    message: String,
+    tasks: BTreeSet<String>,
+    values: Vec<WrittenValue>,
+    repair: Option<String>,
+}
+
+impl Authority {
+    /// An authority that records its repairs as `agent`.
+    pub fn new(agent: impl Into<String>, policy: Policy, roles: Roles) -> Self {
+        Authority {
+            agent: agent.into(),
+            policy,
+            roles,
+            reported: BTreeSet::new(),
+        }
+    }
+
+    /// Restores the idempotency set (keys from [`Authority::reported`]).
+    pub fn with_reported(mut self, keys: impl IntoIterator<Item = String>) -> Self {
+        self.reported.extend(keys);
+        self
+    }
+
+    /// Keys of everything reported so far.
+    pub fn reported(&self) -> impl Iterator<Item = &str> + '_ {
+        self.reported.iter().map(String::as_str)
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Checks, repairs and re-checks one merge, applying repairs to `list` as changes
+    /// stamped `now_ms`.
+    pub fn process(
+        &mut self,
+        list: &mut TodoList,
+        merge: Merge,
+        now_ms: i64,
+    ) -> Result<Report, ModelError> {
+        let mut report = Report::default();
+        let mut merge = merge;
+        for _ in 0..REPAIR_ROUNDS_MAX {
+            if merge.is_empty() {
+                break;
+            }
+            let out = self.check(list, &merge);
+            report.violations.extend(out.violations);
+            report.conflicts.extend(out.conflicts);
+            if out.repair.is_empty() {
+                break;
+            }
+            let message = format!("swarmtodo repair: {}", out.repair.notes.join("; "));
+            merge = list.apply_fields(&self.agent, now_ms, &message, &out.repair.writes())?;
+            report.repairs.push(merge.clone());
+        }
+        Ok(report)
+    }
+
+    /// Checks every task of the list (load time, or a checker's final pass).
+    pub fn check_all(&mut self, list: &TodoList) -> Outcome {
+        let all_fields: BTreeSet<String> = field::ALL
+            .iter()
+            .map(|f| (*f).to_owned())
+            .chain([TASK_ENTRY.to_owned()])
+            .collect();
+        let merge = Merge {
+            changes: Vec::new(),
+            tasks: list
+                .index()
+                .tasks
+                .iter()
+                .map(|(id, e)| {
+                    let delta = TaskDelta {
+                        before: Some(e.raw.clone()),
+                        after: Some(e.raw.clone()),
+                        fields: all_fields.clone(),
+                    };
+                    (id.clone(), delta)
+                })
+                .collect(),
+            rebuilt: false,
+        };
+        self.check(list, &merge)
+    }
+
+    /// Checks what `merge` touched. Returns only what was not reported before, and the
+    /// repair the policy asks for.
+    pub fn check(&mut self, list: &TodoList, merge: &Merge) -> Outcome {
+        let version = list.version();
+        let mut findings: Vec<Finding> = Vec::new();
+        let mut repair = Repair::default();
+
+        self.check_schema(list, merge, &mut findings, &mut repair);
+        self.check_single_active(list, merge, &mut findings, &mut repair);
+        self.check_dependencies(list, merge, &mut findings, &mut repair);
+        self.check_ownership(list, merge, &mut findings, &mut repair);
+        let conflicts = self.check_conflicts(list, merge, &version);
+
+        let mut violations = Vec::new();
+        for f in findings {
+            if !self.reported.insert(f.key.clone()) {
+                continue;
+            }
+            let changes: BTreeSet<String> = merge
+                .changes
+                .iter()
+                .filter(|c| c.touched.keys().any(|t| f.tasks.contains(t)))
+                .map(|c| c.hash.clone())
+                .collect();
+            let mut agents: BTreeSet<String> =
+                f.values.iter().filter_map(|v| v.agent.clone()).collect();
+            for c in &merge.changes {
+                if changes.contains(&c.hash) {
+                    if let Some(a) = list.agent_of(&c.actor) {
+                        agents.insert(a);
+                    }
+                }
+            }
+            let resolution = match &f.repair {
+                Some(how) => {
+                    repair.notes.push(how.clone());
+                    Resolution::Repaired { how: how.clone() }
+                }
+                None => Resolution::Reported,
+            };
+            violations.push(Violation {
+                key: f.key,
+                rule: f.rule,
+                message: f.message,
+                tasks: f.tasks.into_iter().collect(),
+                agents: agents.into_iter().collect(),
+                changes: changes.into_iter().collect(),
+                values: f.values,
+                version: version.clone(),
+                resolution,
+            });
+        }
+        // A repair whose violation was reported before (and so filtered above) must not
+        // be applied again silently: keep only writes backed by a new violation.
+        if violations.is_empty() {
+            repair = Repair::default();
+        }
+        Outcome {
+            violations,
+            conflicts,
+            repair,
+        }
+    }
+
+    fn check_schema(
+        &self,
+        list: &TodoList,
+        merge: &Merge,
+        findings: &mut Vec<Finding>,
+        repair: &mut Repair,
+    ) {
+        for (id, delta) in &merge.tasks {
+            let Some(raw) = &delta.after else { continue };
+            let mut bad = |f: &'static str, msg: String, fix: Option<String>| {
+                let w = written(list, id, f);
+                let op = w.as_ref().map(|w| w.op.clone()).unwrap_or_default();
+                let fixing = self.policy.schema == Action::Repair && fix.is_some();
+                if fixing && !self.reported.contains(&format!("schema:{id}:{f}:{op}")) {
+                    repair.set(id, f, FieldValue::Str(fix.clone()));
+                }
+                findings.push(Finding {
+                    key: format!("schema:{id}:{f}:{op}"),
+                    rule: Rule::Schema,
+                    message: msg,
+                    tasks: [id.clone()].into(),
+                    values: w.into_iter().collect(),
+                    repair: fix
+                        .filter(|_| fixing)
+                        .map(|v| format!("set {id}.{f} to {v:?}")),
+                });
+            };
+            match raw.status.as_deref() {
+                Some(s) if s.parse::<Status>().is_ok() => {}
+                other => {
+                    let to = other
+                        .and_then(status_alias)
+                        .unwrap_or(normalize_status(None));
+                    bad(
+                        field::STATUS,
+                        format!(
+                            "task {id:?} has status {other:?}; allowed: {}",
+                            Status::allowed().join(", ")
+                        ),
+                        Some(to.as_str().to_owned()),
+                    );
+                }
+            }
+            match raw.priority.as_deref() {
+                Some(p) if p.parse::<Priority>().is_ok() => {}
+                other => bad(
+                    field::PRIORITY,
+                    format!(
+                        "task {id:?} has priority {other:?}; allowed: {}",
+                        Priority::allowed().join(", ")
+                    ),
+                    Some(normalize_priority(other).as_str().to_owned()),
+                ),
+            }
+            if raw.content.as_deref().is_none_or(|c| c.trim().is_empty()) {
+                bad(
+                    field::CONTENT,
+                    format!("task {id:?} has no content; the writer should say what the task is"),
+                    None,
+                );
+            }
+        }
+    }
+
+    fn check_single_active(
+        &self,
+        list: &TodoList,
+        merge: &Merge,
+        findings: &mut Vec<Finding>,
+        repair: &mut Repair,
+    ) {
+        let index = list.index();
+        // Buckets the merge could have overfilled: owners of touched in-progress tasks.
+        let mut buckets: BTreeSet<Option<String>> = BTreeSet::new();
+        for delta in merge.tasks.values() {
+            if let Some(raw) = &delta.after {
+                if raw.status.as_deref() == Some(Status::InProgress.as_str()) {
+                    buckets.insert(raw.owner.clone());
+                }
+            }
+        }
+        let groups: Vec<(String, BTreeSet<String>)> = match self.policy.single_active_scope {
+            ActiveScope::PerOwner => buckets
+                .into_iter()
+                .filter_map(|b| {
+                    let set = index.active.get(&b)?.clone();
+                    Some((b.unwrap_or_else(|| "(no owner)".to_owned()), set))
+                })
+                .collect(),
+            ActiveScope::PerList if !buckets.is_empty() => {
+                vec![(
+                    "(list)".to_owned(),
+                    index.active.values().flatten().cloned().collect(),
+                )]
+            }
+            ActiveScope::PerList => Vec::new(),
+        };
+        for (who, set) in groups {
+            if set.len() < 2 {
+                continue;
+            }
+            let values: Vec<(OpKey, WrittenValue)> = set
+                .iter()
+                .filter_map(|t| {
+                    let (w, k) = written_with_key(list, t, field::STATUS)?;
+                    Some((k, w))
+                })
+                .collect();
+            // Keep the in-progress status written last in Automerge's order of
+            // operations (counter, then actor): the same choice on every replica.
+            let keep = values
+                .iter()
+                .max_by(|a, b| a.0.cmp(&b.0))
+                .map(|(_, w)| w.task.clone());
+            let ops: Vec<String> = values
+                .iter()
+                .map(|(_, w)| format!("{}={}", w.task, w.op))
+                .collect();
+            let key = format!("single_active:{who}:{}", ops.join(","));
+            let fixing = self.policy.single_active == Action::Repair && keep.is_some();
+            let how = keep.as_ref().filter(|_| fixing).map(|k| {
+                let others: Vec<&String> = set.iter().filter(|t| *t != k).collect();
+                format!("kept {k:?} in_progress, set {others:?} back to pending")
+            });
+            if fixing && !self.reported.contains(&key) {
+                for t in set.iter().filter(|t| Some(*t) != keep.as_ref()) {
+                    repair.set(
+                        t,
+                        field::STATUS,
+                        FieldValue::Str(Some(Status::Pending.as_str().to_owned())),
+                    );
+                }
+            }
+            findings.push(Finding {
+                key,
+                rule: Rule::SingleActive,
+                message: format!(
+                    "{who} has {} tasks in_progress ({}); at most one is allowed",
+                    set.len(),
+                    set.iter().cloned().collect::<Vec<_>>().join(", ")
+                ),
+                tasks: set,
+                values: values.into_iter().map(|(_, w)| w).collect(),
+                repair: how,
+            });
+        }
+    }
+
+    fn check_dependencies(
+        &self,
+        list: &TodoList,
+        merge: &Merge,
+        findings: &mut Vec<Finding>,
+        repair: &mut Repair,
+    ) {
+        let index = list.index();
+        let fixing = self.policy.dependencies == Action::Repair;
+        // Touched tasks and every task that names one of them.
+        let mut subjects: BTreeSet<&String> = merge.tasks.keys().collect();
+        for id in merge.tasks.keys() {
+            if let Some(ds) = index.dependents.get(id) {
+                subjects.extend(ds);
+            }
+        }
+        for id in subjects {
+            let Some(entry) = index.tasks.get(id) else {
+                continue;
+            };
+            let raw = &entry.raw;
+            let deps_value = written(list, id, field::BLOCKED_BY);
+            let deps_op = deps_value
+                .as_ref()
+                .map(|w| w.op.clone())
+                .unwrap_or_default();
+            let missing: Vec<&String> = raw
+                .blocked_by
+                .iter()
+                .filter(|d| !index.tasks.contains_key(*d) || *d == id)
+                .collect();
+            if !missing.is_empty() {
+                let key = format!("dependencies:missing:{id}:{missing:?}:{deps_op}");
+                let kept: Vec<String> = raw
+                    .blocked_by
+                    .iter()
+                    .filter(|d| !missing.contains(d))
+                    .cloned()
+                    .collect();
+                if fixing && !self.reported.contains(&key) {
+                    repair.set(id, field::BLOCKED_BY, FieldValue::List(kept));
+                }
+                findings.push(Finding {
+                    key,
+                    rule: Rule::Dependencies,
+                    message: format!("task {id:?} is blocked by {missing:?}, which are not tasks of this list (or itself)"),
+                    tasks: [id.clone()].into(),
+                    values: deps_value.clone().into_iter().collect(),
+                    repair: fixing.then(|| format!("dropped {missing:?} from {id}.blocked_by")),
+                });
+            }
+            if let Some(cycle) = find_cycle(list, id) {
+                // Report a cycle once, from its least task id.
+                if cycle.iter().min() == Some(id) {
+                    let mut members: Vec<String> = cycle.clone();
+                    members.sort();
+                    members.dedup();
+                    let ops: Vec<String> = members
+                        .iter()
+                        .filter_map(|t| written(list, t, field::BLOCKED_BY))
+                        .map(|w| w.op)
+                        .collect();
+                    let key = format!("dependencies:cycle:{}:{}", members.join(","), ops.join(","));
+                    // Break at the greatest id: drop its edge to its successor in the cycle.
+                    let breaker = members.last().cloned().unwrap_or_default();
+                    let next = cycle
+                        .windows(2)
+                        .find(|w| w[0] == breaker)
+                        .map(|w| w[1].clone());
+                    let how = next.as_ref().filter(|_| fixing).map(|n| {
+                        format!("removed {n:?} from {breaker}.blocked_by to break the cycle")
+                    });
+                    if let (true, Some(n), Some(b)) = (fixing, &next, index.tasks.get(&breaker)) {
+                        if !self.reported.contains(&key) {
+                            let kept = b
+                                .raw
+                                .blocked_by
+                                .iter()
+                                .filter(|d| *d != n)
+                                .cloned()
+                                .collect();
+                            repair.set(&breaker, field::BLOCKED_BY, FieldValue::List(kept));
+                        }
+                    }
+                    findings.push(Finding {
+                        key,
+                        rule: Rule::Dependencies,
+                        message: format!("dependency cycle: {}", cycle.join(" → ")),
+                        values: members
+                            .iter()
+                            .filter_map(|t| written(list, t, field::BLOCKED_BY))
+                            .collect(),
+                        tasks: members.into_iter().collect(),
+                        repair: how,
+                    });
+                }
+            }
+            if normalize_status(raw.status.as_deref()) == Status::Completed {
+                for dep in &raw.blocked_by {
+                    let Some(d) = index.tasks.get(dep) else {
+                        continue;
+                    };
+                    if !normalize_status(d.raw.status.as_deref()).is_open() {
+                        continue;
+                    }
+                    let status = written(list, id, field::STATUS);
+                    let op = status.as_ref().map(|w| w.op.clone()).unwrap_or_default();
+                    let dep_status = written(list, dep, field::STATUS);
+                    let dep_op = dep_status
+                        .as_ref()
+                        .map(|w| w.op.clone())
+                        .unwrap_or_default();
+                    findings.push(Finding {
+                        key: format!("dependencies:open:{id}:{op}:{dep}:{dep_op}"),
+                        rule: Rule::Dependencies,
+                        message: format!(
+                            "task {id:?} is completed while {dep:?}, which it depends on, is still open"
+                        ),
+                        tasks: [id.clone(), dep.clone()].into(),
+                        values: status.into_iter().chain(dep_status).collect(),
+                        repair: None,
+                    });
+                }
+            }
+        }
+    }
+
+    fn check_ownership(
+        &self,
+        list: &TodoList,
+        merge: &Merge,
+        findings: &mut Vec<Finding>,
+        repair: &mut Repair,
+    ) {
+        for change in &merge.changes {
+            let agent = list.agent_of(&change.actor);
+            let role = self.roles.of(agent.as_deref());
+            if role == Role::Lead {
+                continue;
+            }
+            let who = agent
+                .clone()
+                .unwrap_or_else(|| change.actor.to_hex_string());
+            for (id, fields) in &change.touched {
+                let delta = merge.tasks.get(id);
+                let before_owner = delta
+                    .and_then(|d| d.before.as_ref())
+                    .and_then(|r| r.owner.clone());
+                let after_owner = delta
+                    .and_then(|d| d.after.as_ref())
+                    .and_then(|r| r.owner.clone());
+                let mine = |o: &Option<String>| o.is_none() || o.as_deref() == agent.as_deref();
+                let allowed = role == Role::Worker
+                    && mine(&before_owner)
+                    && (!fields.contains(field::OWNER) || mine(&after_owner));
+                if allowed {
+                    continue;
+                }
+                let key = format!("ownership:{}:{id}", change.hash);
+                let fixing = self.policy.ownership == Action::Repair;
+                if fixing && !self.reported.contains(&key) {
+                    restore_before(list, change, id, fields, repair);
+                }
+                findings.push(Finding {
+                    key,
+                    rule: Rule::Ownership,
+                    message: format!(
+                        "{who} ({role:?}) changed task {id:?} owned by {}",
+                        before_owner.as_deref().unwrap_or("nobody")
+                    ),
+                    tasks: [id.clone()].into(),
+                    values: fields
+                        .iter()
+                        .filter_map(|f| field_name(f).and_then(|f| written(list, id, f)))
+                        .collect(),
+                    repair: fixing.then(|| {
+                        format!(
+                            "restored {id}'s {:?} as they were before {who}'s change",
+                            fields
+                        )
+                    }),
+                });
+            }
+        }
+    }
+
+    fn check_conflicts(
+        &mut self,
+        list: &TodoList,
+        merge: &Merge,
+        version: &Version,
+    ) -> Vec<Conflict> {
+        let mut out = Vec::new();
+        let index = list.index();
+        let doc = list.doc();
+        for (id, delta) in &merge.tasks {
+            for f in &delta.fields {
+                let (obj, key): (Option<ExId>, &str) = if f == TASK_ENTRY {
+                    (index.tasks_obj.clone(), id.as_str())
+                } else {
+                    match (index.tasks.get(id), field_name(f)) {
+                        (Some(e), Some(name)) => (Some(e.obj.clone()), name),
+                        _ => continue,
+                    }
+                };
+                let Some(obj) = obj else { continue };
+                let Ok(all) = doc.get_all(&obj, key) else {
+                    continue;
+                };
+                if all.len() < 2 {
+                    continue;
+                }
+                let Ok(Some((_, winner_id))) = doc.get(&obj, key) else {
+                    continue;
+                };
+                let field_label = if f == TASK_ENTRY { "task" } else { key };
+                let values: Vec<WrittenValue> = all
+                    .iter()
+                    .map(|(v, exid)| WrittenValue {
+                        task: id.clone(),
+                        field: field_label.to_owned(),
+                        value: crate::model::value_json(doc, v, exid),
+                        agent: OpKey::of(exid).and_then(|k| list.agent_of(&k.actor)),
+                        op: OpKey::of(exid).map(|k| k.render()).unwrap_or_default(),
+                    })
+                    .collect();
+                let winner_op = OpKey::of(&winner_id)
+                    .map(|k| k.render())
+                    .unwrap_or_default();
+                let Some(winner) = values.iter().find(|v| v.op == winner_op).cloned() else {
+                    continue;
+                };
+                let mut ops: Vec<&str> = values.iter().map(|v| v.op.as_str()).collect();
+                ops.sort();
+                let key = format!("conflict:{id}:{field_label}:{}", ops.join(","));
+                if !self.reported.insert(key.clone()) {
+                    continue;
+                }
+                let agents: BTreeSet<String> =
+                    values.iter().filter_map(|v| v.agent.clone()).collect();
+                out.push(Conflict {
+                    key,
+                    task: id.clone(),
+                    field: field_label.to_owned(),
+                    values,
+                    winner,
+                    agents: agents.into_iter().collect(),
+                    version: version.clone(),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// The static name of a known field.
+fn field_name(f: &str) -> Option<&'static str> {
+    field::ALL.iter().copied().find(|x| *x == f)
+}
+
+/// The current (winning) value of a field, with its writer.
+fn written(list: &TodoList, id: &str, f: &'static str) -> Option<WrittenValue> {
+    written_with_key(list, id, f).map(|(w, _)| w)
+}
+
+fn written_with_key(list: &TodoList, id: &str, f: &'static str) -> Option<(WrittenValue, OpKey)> {
+    let entry = list.index().tasks.get(id)?;
+    let (value, exid) = list.doc().get(&entry.obj, f).ok()??;
+    let key = OpKey::of(&exid)?;
+    Some((
+        WrittenValue {
+            task: id.to_owned(),
+            field: f.to_owned(),
+            value: crate::model::value_json(list.doc(), &value, &exid),
+            agent: list.agent_of(&key.actor),
+            op: key.render(),
+        },
+        key,
+    ))
+}
+
+/// A dependency cycle through `start` (as a path that ends where it began), if any.
+fn find_cycle(list: &TodoList, start: &str) -> Option<Vec<String>> {
+    let index = list.index();
+    let mut stack: Vec<(String, Vec<String>)> = vec![(start.to_owned(), vec![start.to_owned()])];
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    while let Some((node, path)) = stack.pop() {
+        if seen.len() > DEPENDENCY_WALK_MAX {
+            return None;
+        }
+        let Some(e) = index.tasks.get(&node) else {
+            continue;
+        };
+        for dep in &e.raw.blocked_by {
+            if dep == start && path.len() > 1 {
+                let mut cycle = path.clone();
+                cycle.push(start.to_owned());
+                return Some(cycle);
+            }
+            if dep != start && seen.insert(dep.clone()) {
+                let mut p = path.clone();
+                p.push(dep.clone());
+                stack.push((dep.clone(), p));
+            }
+        }
+    }
+    None
+}
+
+/// Chooses writes that put the fields `change` wrote on task `id` back to their values
+/// in the change's parent state (a function of the change alone: deterministic).
+fn restore_before(
+    list: &TodoList,
+    change: &crate::model::ChangeInfo,
+    id: &str,
+    fields: &BTreeSet<String>,
+    repair: &mut Repair,
+) {
+    let before: Option<RawTask> = list.raw_task_at(id, &change.deps);
+    let now = list.raw_task(id);
+    match (&before, now) {
+        (None, Some(_)) => repair.set(id, TASK_ENTRY_STATIC, FieldValue::Task(None)),
+        (Some(b), None) => repair.set(id, TASK_ENTRY_STATIC, FieldValue::Task(Some(b.clone()))),
+        (Some(b), Some(_)) => {
+            for f in fields {
+                let value = match f.as_str() {
+                    field::CONTENT => FieldValue::Str(b.content.clone()),
+                    field::ACTIVE_FORM => FieldValue::Str(b.active_form.clone()),
+                    field::STATUS => FieldValue::Str(b.status.clone()),
+                    field::PRIORITY => FieldValue::Str(b.priority.clone()),
+                    field::OWNER => FieldValue::Str(b.owner.clone()),
+                    field::POSITION => FieldValue::Str(Some(b.position.clone())),
+                    field::BLOCKED_BY => FieldValue::List(b.blocked_by.clone()),
+                    _ => continue,
+                };
+                if let Some(name) = field_name(f) {
+                    repair.set(id, name, value);
+                }
+            }
+        }
+        (None, None) => {}
+    }
+}
+
+const TASK_ENTRY_STATIC: &str = TASK_ENTRY;

@@ -1,0 +1,16 @@
+//! swarmtodo: the shared, live, typed todo state of agent swarms.
+//!
+//! - [`model`]: the todo list as an Automerge document, a replica with `todo_write` and
+//!   `todo_read` (DESIGN.md §3, §5).
+//! - [`authority`]: the invariant checks, events and repairs run after every merge
+//!   (DESIGN.md §4).
+//! - [`proto`]: the wire types every client reads.
+//!
+//! The model and the authority do no I/O and read no clock.
+#![warn(missing_docs)]
+
+pub mod authority;
+pub mod model;
+
+/// The wire types (re-exported from `swarmtodo-proto`).
+pub use swarmtodo_proto as proto;

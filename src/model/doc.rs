@@ -1,0 +1,225 @@
+//! The document layout (DESIGN.md §3) and reading it.
+//!
+//! ```text
+//! root
+//! ├── tasks:  Map  task id → Map { content, active_form?, status, priority,
+//! │                               owner?, blocked_by: List<string>, position }
+//! └── agents: Map  actor id (hex) → agent id
+//! ```
+//!
+//! Every field is a register: a scalar string (what Rust writes) or a Text object (what
+//! JS automerge writes by default); both read the same. `position` is a fractional index
+//! key; the list's order is `(position, id)`.
+
+use automerge::{
+    ActorId, ChangeHash, ObjId as ExId, ObjType, ReadDoc, ScalarValue, ScalarValueRef, Value,
+    ValueRef,
+};
+
+/// Root key of the task map.
+pub(crate) const TASKS: &str = "tasks";
+/// Root key of the actor → agent map.
+pub(crate) const AGENTS: &str = "agents";
+
+/// Field names inside a task map.
+pub(crate) mod field {
+    pub(crate) const CONTENT: &str = "content";
+    pub(crate) const ACTIVE_FORM: &str = "active_form";
+    pub(crate) const STATUS: &str = "status";
+    pub(crate) const PRIORITY: &str = "priority";
+    pub(crate) const OWNER: &str = "owner";
+    pub(crate) const BLOCKED_BY: &str = "blocked_by";
+    pub(crate) const POSITION: &str = "position";
+    /// Every field, in a fixed order.
+    pub(crate) const ALL: [&str; 7] = [
+        CONTENT,
+        ACTIVE_FORM,
+        STATUS,
+        PRIORITY,
+        OWNER,
+        BLOCKED_BY,
+        POSITION,
+    ];
+}
+
+/// Pseudo-field naming the task entry itself (creation, removal, concurrent creation).
+pub(crate) const TASK_ENTRY: &str = "";
+
+/// The actor of the list's first change. Every creator of a list makes the very same
+/// first change (this actor, time 0, the two root maps), so two agents that create one
+/// list at the same moment end with one root, not two conflicting ones. Never used for
+/// anything else.
+pub(crate) const ROOT_ACTOR: [u8; 16] = *b"swarmtodo\0root\0\0";
+
+/// An object or operation id independent of the document's actor table.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct OpKey {
+    pub(crate) counter: u64,
+    pub(crate) actor: ActorId,
+}
+
+impl OpKey {
+    pub(crate) fn of(id: &ExId) -> Option<OpKey> {
+        match id {
+            ExId::Root => None,
+            ExId::Id(counter, actor, _) => Some(OpKey {
+                counter: *counter,
+                actor: actor.clone(),
+            }),
+        }
+    }
+
+    /// Automerge's order of concurrent values: counter, then actor. The greatest wins.
+    pub(crate) fn render(&self) -> String {
+        format!("{}@{}", self.counter, self.actor.to_hex_string())
+    }
+}
+
+/// A task as stored, before any validation: a JS peer (or a bug) can write anything.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RawTask {
+    /// `content`, if it is a string.
+    pub content: Option<String>,
+    /// `active_form`, if present and a string.
+    pub active_form: Option<String>,
+    /// `status` as written.
+    pub status: Option<String>,
+    /// `priority` as written.
+    pub priority: Option<String>,
+    /// `owner`, if present and a string.
+    pub owner: Option<String>,
+    /// `blocked_by` entries that are strings.
+    pub blocked_by: Vec<String>,
+    /// The fractional position key.
+    pub position: String,
+}
+
+/// Reads a string register: a scalar string or a Text object.
+pub(crate) fn read_string<R: ReadDoc>(doc: &R, obj: &ExId, key: &str) -> Option<String> {
+    match doc.get(obj, key).ok()?? {
+        (Value::Scalar(s), _) => match s.as_ref() {
+            ScalarValue::Str(s) => Some(s.to_string()),
+            _ => None,
+        },
+        (Value::Object(ObjType::Text), id) => doc.text(&id).ok(),
+        (Value::Object(_), _) => None,
+    }
+}
+
+/// Renders any value as JSON, for events (strings and Text objects alike).
+pub(crate) fn value_json<R: ReadDoc>(doc: &R, value: &Value<'_>, id: &ExId) -> serde_json::Value {
+    match value {
+        Value::Scalar(s) => match s.as_ref() {
+            ScalarValue::Str(s) => serde_json::Value::String(s.to_string()),
+            ScalarValue::Int(i) => (*i).into(),
+            ScalarValue::Uint(u) => (*u).into(),
+            ScalarValue::F64(f) => serde_json::Number::from_f64(*f)
+                .map(serde_json::Value::Number)
+                .unwrap_or(serde_json::Value::Null),
+            ScalarValue::Boolean(b) => (*b).into(),
+            ScalarValue::Null => serde_json::Value::Null,
+            other => serde_json::Value::String(other.to_string()),
+        },
+        Value::Object(ObjType::Text) => doc
+            .text(id)
+            .map(serde_json::Value::String)
+            .unwrap_or(serde_json::Value::Null),
+        Value::Object(ObjType::List) => serde_json::Value::Array(
+            read_string_list(doc, id)
+                .into_iter()
+                .map(serde_json::Value::String)
+                .collect(),
+        ),
+        Value::Object(ObjType::Map) if doc.get(id, field::CONTENT).ok().flatten().is_some() => {
+            serde_json::json!({ "content": read_string(doc, id, field::CONTENT) })
+        }
+        Value::Object(t) => serde_json::Value::String(format!("<{t}>")),
+    }
+}
+
+/// Reads a list of strings (scalar or Text entries); other entries are skipped.
+pub(crate) fn read_string_list<R: ReadDoc>(doc: &R, list: &ExId) -> Vec<String> {
+    let mut out = Vec::new();
+    for item in doc.list_range(list, ..) {
+        match &item.value {
+            ValueRef::Scalar(ScalarValueRef::Str(s)) => out.push(s.to_string()),
+            ValueRef::Object(ObjType::Text) => {
+                if let Ok(t) = doc.text(item.id()) {
+                    out.push(t);
+                }
+            }
+            ValueRef::Scalar(_) | ValueRef::Object(_) => {}
+        }
+    }
+    out
+}
+
+/// Reads one task map.
+pub(crate) fn read_task<R: ReadDoc>(doc: &R, obj: &ExId) -> RawTask {
+    let blocked_by = match doc.get(obj, field::BLOCKED_BY) {
+        Ok(Some((Value::Object(ObjType::List), list))) => read_string_list(doc, &list),
+        _ => Vec::new(),
+    };
+    RawTask {
+        content: read_string(doc, obj, field::CONTENT),
+        active_form: read_string(doc, obj, field::ACTIVE_FORM),
+        status: read_string(doc, obj, field::STATUS),
+        priority: read_string(doc, obj, field::PRIORITY),
+        owner: read_string(doc, obj, field::OWNER),
+        blocked_by,
+        position: read_string(doc, obj, field::POSITION).unwrap_or_default(),
+    }
+}
+
+/// The task map object of `id`, if the entry is a map.
+pub(crate) fn task_obj<R: ReadDoc>(doc: &R, tasks: &ExId, id: &str) -> Option<ExId> {
+    match doc.get(tasks, id).ok()?? {
+        (Value::Object(ObjType::Map), obj) => Some(obj),
+        _ => None,
+    }
+}
+
+/// A root map (`tasks` or `agents`), if present.
+pub(crate) fn root_map<R: ReadDoc>(doc: &R, key: &str) -> Option<ExId> {
+    match doc.get(automerge::ROOT, key).ok()?? {
+        (Value::Object(ObjType::Map), obj) => Some(obj),
+        _ => None,
+    }
+}
+
+/// The agent an actor registered as, if any.
+pub(crate) fn agent_of<R: ReadDoc>(
+    doc: &R,
+    agents: Option<&ExId>,
+    actor: &ActorId,
+) -> Option<String> {
+    read_string(doc, agents?, &actor.to_hex_string())
+}
+
+/// Renders heads as a [`Version`](crate::model::Version): base58 hashes, sorted,
+/// joined by `.`; `"0"` for no heads.
+pub(crate) fn render_heads(heads: &[ChangeHash]) -> String {
+    if heads.is_empty() {
+        return "0".to_owned();
+    }
+    let mut parts: Vec<String> = heads
+        .iter()
+        .map(|h| bs58::encode(h.as_ref()).into_string())
+        .collect();
+    parts.sort();
+    parts.join(".")
+}
+
+/// Parses a rendered version back into heads; `None` if it is not well-formed.
+pub(crate) fn parse_heads(version: &str) -> Option<Vec<ChangeHash>> {
+    if version == "0" {
+        return Some(Vec::new());
+    }
+    version
+        .split('.')
+        .map(|part| {
+            let bytes = bs58::decode(part).into_vec().ok()?;
+            ChangeHash::try_from(bytes.as_slice()).ok()
+        })
+        .collect()
+}

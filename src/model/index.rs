@@ -1,0 +1,348 @@
+//! The materialised view of one list, kept up to date change by change.
+//!
+//! Reading a task from Automerge costs microseconds per field, and a diff of two versions
+//! costs time proportional to the whole document, so neither may run on every merge.
+//! Instead the index decodes the operations of the changes that were just applied, maps
+//! each operation to the task and field it touches (through a table of the objects the
+//! list's tasks are made of), and re-reads only those tasks. Reads, order and the
+//! authority's lookups (in-progress tasks per owner, reverse dependencies) come from here.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use automerge::{legacy, ActorId, Automerge, Change, ObjId as ExId, ObjType, ReadDoc, Value};
+
+use super::doc::{self, field, OpKey, RawTask, TASK_ENTRY};
+
+/// What an object of the document is, as far as the list is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Role {
+    /// The root `tasks` map.
+    Tasks,
+    /// The root `agents` map.
+    Agents,
+    /// The map of one task (the entry may have lost a conflict: it is still the task).
+    Task(String),
+    /// An object (Text, List) holding one field of a task.
+    Field(String, String),
+}
+
+/// One task entry of the index.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    /// The winning task map.
+    pub(crate) obj: ExId,
+    /// The fields as stored.
+    pub(crate) raw: RawTask,
+}
+
+/// What one applied change touched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeInfo {
+    /// Hex hash of the change.
+    pub hash: String,
+    /// The change's actor.
+    pub actor: ActorId,
+    /// Its commit message (the writer's explanation, if any).
+    pub message: Option<String>,
+    /// Tasks it touched, with the fields (`""` = the task entry itself).
+    pub touched: BTreeMap<String, BTreeSet<String>>,
+    /// The change's dependencies (its parent state).
+    pub deps: Vec<automerge::ChangeHash>,
+}
+
+/// How one task moved in a merge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskDelta {
+    /// The task before the merge (absent: it did not exist).
+    pub before: Option<RawTask>,
+    /// The task after the merge (absent: it was removed).
+    pub after: Option<RawTask>,
+    /// Fields touched by any change of the merge.
+    pub fields: BTreeSet<String>,
+}
+
+/// What a merge (or a local write) did to the list: the input of the authority.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Merge {
+    /// The changes that were applied, in the order they were given.
+    pub changes: Vec<ChangeInfo>,
+    /// Every task touched, by id.
+    pub tasks: BTreeMap<String, TaskDelta>,
+    /// The list was re-indexed from scratch (its root maps were touched).
+    pub rebuilt: bool,
+}
+
+impl Merge {
+    /// True when nothing was applied.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Index {
+    pub(crate) tasks_obj: Option<ExId>,
+    pub(crate) agents_obj: Option<ExId>,
+    pub(crate) tasks: BTreeMap<String, Entry>,
+    /// `(position, id)`: the list order, ties broken by id.
+    pub(crate) order: BTreeSet<(String, String)>,
+    objects: HashMap<OpKey, Role>,
+    /// Tasks whose stored status is `in_progress`, by owner (`None`: unowned).
+    pub(crate) active: BTreeMap<Option<String>, BTreeSet<String>>,
+    /// Reverse dependencies: task id → tasks whose `blocked_by` names it.
+    pub(crate) dependents: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Index {
+    /// Builds the index with one pass over the document (load time only).
+    pub(crate) fn build(doc: &Automerge) -> Index {
+        let mut index = Index {
+            tasks_obj: doc::root_map(doc, doc::TASKS),
+            agents_obj: doc::root_map(doc, doc::AGENTS),
+            ..Index::default()
+        };
+        if let Some(agents) = &index.agents_obj {
+            if let Some(k) = OpKey::of(agents) {
+                index.objects.insert(k, Role::Agents);
+            }
+        }
+        let Some(tasks) = index.tasks_obj.clone() else {
+            return index;
+        };
+        if let Some(k) = OpKey::of(&tasks) {
+            index.objects.insert(k, Role::Tasks);
+        }
+        let ids: Vec<String> = doc.keys(&tasks).collect();
+        for id in ids {
+            index.register_task_objects(doc, &tasks, &id);
+            index.refresh(doc, &id);
+        }
+        index
+    }
+
+    /// Records every map stored under `tasks[id]` (conflicting ones too) and the field
+    /// objects inside them.
+    fn register_task_objects(&mut self, doc: &Automerge, tasks: &ExId, id: &str) {
+        let Ok(values) = doc.get_all(tasks, id) else {
+            return;
+        };
+        for (value, obj) in values {
+            if !matches!(value, Value::Object(ObjType::Map)) {
+                continue;
+            }
+            if let Some(k) = OpKey::of(&obj) {
+                self.objects.insert(k, Role::Task(id.to_owned()));
+            }
+            for f in field::ALL {
+                let Ok(inner) = doc.get_all(&obj, f) else {
+                    continue;
+                };
+                for (v, fobj) in inner {
+                    if let (Value::Object(_), Some(k)) = (v, OpKey::of(&fobj)) {
+                        self.objects
+                            .insert(k, Role::Field(id.to_owned(), f.to_owned()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Re-reads task `id` from the document and updates the derived maps.
+    /// Returns the task as it was before.
+    pub(crate) fn refresh(&mut self, doc: &Automerge, id: &str) -> Option<RawTask> {
+        let before = self.remove(id);
+        let after = self
+            .tasks_obj
+            .as_ref()
+            .and_then(|tasks| doc::task_obj(doc, tasks, id))
+            .map(|obj| Entry {
+                raw: doc::read_task(doc, &obj),
+                obj,
+            });
+        if let Some(entry) = after {
+            self.insert(id, entry);
+        }
+        before.map(|e| e.raw)
+    }
+
+    fn remove(&mut self, id: &str) -> Option<Entry> {
+        let entry = self.tasks.remove(id)?;
+        self.order
+            .remove(&(entry.raw.position.clone(), id.to_owned()));
+        if entry.raw.status.as_deref() == Some("in_progress") {
+            if let Some(set) = self.active.get_mut(&entry.raw.owner) {
+                set.remove(id);
+                if set.is_empty() {
+                    self.active.remove(&entry.raw.owner);
+                }
+            }
+        }
+        for dep in &entry.raw.blocked_by {
+            if let Some(set) = self.dependents.get_mut(dep) {
+                set.remove(id);
+                if set.is_empty() {
+                    self.dependents.remove(dep);
+                }
+            }
+        }
+        Some(entry)
+    }
+
+    fn insert(&mut self, id: &str, entry: Entry) {
+        self.order
+            .insert((entry.raw.position.clone(), id.to_owned()));
+        if entry.raw.status.as_deref() == Some("in_progress") {
+            self.active
+                .entry(entry.raw.owner.clone())
+                .or_default()
+                .insert(id.to_owned());
+        }
+        for dep in &entry.raw.blocked_by {
+            self.dependents
+                .entry(dep.clone())
+                .or_default()
+                .insert(id.to_owned());
+        }
+        self.tasks.insert(id.to_owned(), entry);
+    }
+
+    /// Folds freshly applied changes into the index and says what they touched.
+    /// `changes` must all be applied to `doc` already.
+    pub(crate) fn absorb(&mut self, doc: &Automerge, changes: &[Change]) -> Merge {
+        let decoded: Vec<automerge::ExpandedChange> = changes.iter().map(Change::decode).collect();
+        let mut rebuild = false;
+
+        // Pass 1: learn the objects these changes create, until nothing new appears
+        // (an object can be made inside another made in the same batch, in any order).
+        loop {
+            let mut learned = false;
+            for ch in &decoded {
+                for (i, op) in ch.operations.iter().enumerate() {
+                    let legacy::OpType::Make(obj_type) = op.action else {
+                        continue;
+                    };
+                    let id = OpKey {
+                        counter: u64::from(ch.start_op) + i as u64,
+                        actor: ch.actor_id.clone(),
+                    };
+                    if self.objects.contains_key(&id) {
+                        continue;
+                    }
+                    let role = match (self.parent_role(&op.obj), &op.key) {
+                        (Some(Role::Tasks), legacy::Key::Map(k)) if obj_type == ObjType::Map => {
+                            Some(Role::Task(k.to_string()))
+                        }
+                        (Some(Role::Task(t)), legacy::Key::Map(k)) => {
+                            Some(Role::Field(t.clone(), k.to_string()))
+                        }
+                        (Some(Role::Field(t, f)), _) => Some(Role::Field(t.clone(), f.clone())),
+                        _ => None,
+                    };
+                    if let Some(role) = role {
+                        self.objects.insert(id, role);
+                        learned = true;
+                    }
+                }
+            }
+            if !learned {
+                break;
+            }
+        }
+
+        // Pass 2: what each change touched.
+        let mut infos = Vec::with_capacity(changes.len());
+        let mut touched_all: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (change, ch) in changes.iter().zip(&decoded) {
+            let mut touched: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for op in &ch.operations {
+                let hit = match (self.parent_role(&op.obj), &op.key) {
+                    (None, legacy::Key::Map(k))
+                        if matches!(op.obj, legacy::ObjectId::Root)
+                            && (k.as_str() == doc::TASKS || k.as_str() == doc::AGENTS) =>
+                    {
+                        rebuild = true;
+                        None
+                    }
+                    (Some(Role::Tasks), legacy::Key::Map(k)) => {
+                        Some((k.to_string(), TASK_ENTRY.to_owned()))
+                    }
+                    (Some(Role::Task(t)), legacy::Key::Map(k)) => Some((t.clone(), k.to_string())),
+                    (Some(Role::Field(t, f)), _) => Some((t.clone(), f.clone())),
+                    _ => None,
+                };
+                if let Some((task, f)) = hit {
+                    touched.entry(task).or_default().insert(f);
+                }
+            }
+            for (t, fs) in &touched {
+                touched_all
+                    .entry(t.clone())
+                    .or_default()
+                    .extend(fs.iter().cloned());
+            }
+            infos.push(ChangeInfo {
+                hash: change.hash().to_string(),
+                actor: change.actor_id().clone(),
+                message: change.message().map(str::to_owned),
+                touched,
+                deps: change.deps().to_vec(),
+            });
+        }
+
+        if rebuild {
+            let before = std::mem::take(&mut self.tasks);
+            *self = Index::build(doc);
+            let ids: BTreeSet<String> = before.keys().chain(self.tasks.keys()).cloned().collect();
+            let tasks = ids
+                .into_iter()
+                .map(|id| {
+                    let delta = TaskDelta {
+                        before: before.get(&id).map(|e| e.raw.clone()),
+                        after: self.tasks.get(&id).map(|e| e.raw.clone()),
+                        fields: field::ALL.iter().map(|f| (*f).to_owned()).collect(),
+                    };
+                    (id, delta)
+                })
+                .collect();
+            return Merge {
+                changes: infos,
+                tasks,
+                rebuilt: true,
+            };
+        }
+
+        let mut tasks = BTreeMap::new();
+        for (id, fields) in touched_all {
+            if fields.contains(TASK_ENTRY) {
+                if let Some(t) = self.tasks_obj.clone() {
+                    self.register_task_objects(doc, &t, &id);
+                }
+            }
+            let before = self.refresh(doc, &id);
+            let after = self.tasks.get(&id).map(|e| e.raw.clone());
+            tasks.insert(
+                id,
+                TaskDelta {
+                    before,
+                    after,
+                    fields,
+                },
+            );
+        }
+        Merge {
+            changes: infos,
+            tasks,
+            rebuilt: false,
+        }
+    }
+
+    fn parent_role(&self, obj: &legacy::ObjectId) -> Option<&Role> {
+        match obj {
+            legacy::ObjectId::Root => None,
+            legacy::ObjectId::Id(op) => self.objects.get(&OpKey {
+                counter: op.counter(),
+                actor: op.actor().clone(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,601 @@
+//! The typed todo model on Automerge: one document per list, tasks in a map keyed by
+//! stable id, order by fractional position keys (DESIGN.md §3).
+//!
+//! [`TodoList`] is a replica: it holds the document, a materialised index kept up to
+//! date change by change, and the `todo_write` / `todo_read` operations of DESIGN.md §5.
+//! It does no I/O and reads no clock: time and the seed for generated ids come in a
+//! [`WriteContext`].
+//!
+//! ```
+//! use automerge::ActorId;
+//! use swarmtodo::model::{TodoList, WriteContext};
+//! use swarmtodo::proto::{PatchOp, Status, TaskPatch, WriteMode, WriteRequest};
+//!
+//! let mut lead = TodoList::create(ActorId::from([1u8; 16]));
+//! let mut worker = lead.fork(ActorId::from([2u8; 16]));
+//!
+//! let plan = WriteRequest {
+//!     mode: WriteMode::Patch { ops: vec![PatchOp::Upsert { task: TaskPatch {
+//!         id: Some("t1".into()), content: Some("Run the tests".into()), ..TaskPatch::default()
+//!     }}]},
+//!     expected_version: None,
+//!     explanation: Some("plan".into()),
+//! };
+//! lead.write(&plan, &WriteContext::new("lead", 1_000, 1)).unwrap();
+//! worker.merge_from(&lead).unwrap();
+//!
+//! let start = WriteRequest {
+//!     mode: WriteMode::Patch { ops: vec![PatchOp::Upsert { task: TaskPatch {
+//!         id: Some("t1".into()), status: Some(Status::InProgress), ..TaskPatch::default()
+//!     }}]},
+//!     expected_version: None,
+//!     explanation: None,
+//! };
+//! worker.write(&start, &WriteContext::new("worker", 2_000, 2)).unwrap();
+//! lead.merge_from(&worker).unwrap();
+//! assert_eq!(lead.read().tasks[0].status, Status::InProgress);
+//! assert_eq!(lead.version(), worker.version());
+//! ```
+
+mod doc;
+mod index;
+mod position;
+mod write;
+
+use std::collections::BTreeMap;
+
+use automerge::{
+    transaction::CommitOptions, transaction::Transactable, ActorId, Automerge, AutomergeError,
+    Change, ChangeHash, ObjType, ROOT,
+};
+
+pub use self::doc::RawTask;
+pub use self::index::{ChangeInfo, Merge, TaskDelta};
+pub use self::write::WriteContext;
+pub use crate::proto::{
+    ApiError, ErrorCode, PatchOp, Priority, Snapshot, Status, Task, TaskPatch, Version, WriteMode,
+    WriteRequest, WriteResult,
+};
+
+pub(crate) use self::doc::{field, value_json, OpKey, TASK_ENTRY};
+pub(crate) use self::index::Index;
+
+/// Most changes held back waiting for their dependencies before a replica refuses more.
+pub const PENDING_CHANGES_MAX: usize = 10_000;
+
+/// Errors of the replica that are not a refused write: broken documents and transport
+/// mistakes. A refused write is an [`ApiError`].
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// Automerge refused the bytes or the change.
+    #[error("automerge: {0}")]
+    Automerge(#[from] AutomergeError),
+    /// Too many changes are waiting for dependencies that never came.
+    #[error("{0} changes wait for missing dependencies; the limit is {PENDING_CHANGES_MAX}")]
+    TooManyPending(usize),
+}
+
+/// Reads a status as a snapshot shows it: a valid value as is; a common misspelling
+/// (`done`, `in-progress`, `canceled`, …) as what it clearly means; anything else as
+/// `pending`. The authority's schema repair makes the same choice, so a replica's read
+/// already shows what the repair will write.
+pub fn normalize_status(raw: Option<&str>) -> Status {
+    let Some(raw) = raw else {
+        return Status::Pending;
+    };
+    if let Ok(s) = raw.parse() {
+        return s;
+    }
+    status_alias(raw).unwrap_or(Status::Pending)
+}
+
+/// The status a known misspelling means, if it is one.
+pub fn status_alias(raw: &str) -> Option<Status> {
+    let s = raw.trim().to_ascii_lowercase().replace(['-', ' '], "_");
+    match s.as_str() {
+        "pending" | "todo" | "to_do" | "open" | "not_started" | "new" => Some(Status::Pending),
+        "in_progress" | "inprogress" | "active" | "doing" | "started" | "running" => {
+            Some(Status::InProgress)
+        }
+        "completed" | "complete" | "done" | "finished" | "closed" => Some(Status::Completed),
+        "cancelled" | "canceled" | "dropped" | "abandoned" => Some(Status::Cancelled),
+        "blocked" | "waiting" | "on_hold" => Some(Status::Blocked),
+        _ => None,
+    }
+}
+
+/// Reads a priority as a snapshot shows it: valid as is, anything else `medium`.
+pub fn normalize_priority(raw: Option<&str>) -> Priority {
+    raw.and_then(|r| r.trim().to_ascii_lowercase().parse().ok())
+        .unwrap_or_default()
+}
+
+/// The typed task a stored one reads as.
+pub fn normalize(id: &str, raw: &RawTask) -> Task {
+    Task {
+        id: id.to_owned(),
+        content: raw.content.clone().unwrap_or_default(),
+        active_form: raw.active_form.clone(),
+        status: normalize_status(raw.status.as_deref()),
+        priority: normalize_priority(raw.priority.as_deref()),
+        owner: raw.owner.clone(),
+        blocked_by: raw.blocked_by.clone(),
+    }
+}
+
+/// Parses a JSON `todo_write` request, turning serde's errors into an [`ApiError`] that
+/// names the field and, for enums, the allowed values.
+pub fn parse_write_request(json: &str) -> Result<WriteRequest, ApiError> {
+    let de = &mut serde_json::Deserializer::from_str(json);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let allowed: Vec<String> = inner
+            .split_once("expected one of ")
+            .map(|(_, rest)| {
+                rest.split(',')
+                    .map(|s| {
+                        s.trim()
+                            .trim_matches(|c: char| c == '`' || c == ' ')
+                            .split('`')
+                            .next()
+                            .unwrap_or_default()
+                            .to_owned()
+                    })
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let code = if inner.starts_with("missing field") {
+            ErrorCode::MissingField
+        } else {
+            ErrorCode::InvalidValue
+        };
+        ApiError {
+            code,
+            field: (path != ".").then_some(path),
+            message: format!("{inner}: fix the request and send it again"),
+            allowed,
+            current: None,
+        }
+    })
+}
+
+/// One replica of one todo list.
+#[derive(Debug, Clone)]
+pub struct TodoList {
+    doc: Automerge,
+    index: Index,
+    /// Changes received before their dependencies; applied when those arrive.
+    pending: Vec<Change>,
+}
+
+impl TodoList {
+    /// A new, empty list whose first change is the same for every creator (see
+    /// `doc::ROOT_ACTOR`), so concurrent creators end with one root. Later changes are
+    /// made by `actor`, which must be unique to this replica.
+    pub fn create(actor: ActorId) -> TodoList {
+        let mut doc = Automerge::new().with_actor(ActorId::from(doc::ROOT_ACTOR));
+        // The two root maps cannot fail to be created in a fresh document.
+        let made: Result<_, automerge::transaction::Failure<AutomergeError>> = doc.transact_with(
+            |_| CommitOptions::default().with_time(0),
+            |tx| {
+                tx.put_object(ROOT, doc::TASKS, ObjType::Map)?;
+                tx.put_object(ROOT, doc::AGENTS, ObjType::Map)?;
+                Ok(())
+            },
+        );
+        debug_assert!(made.is_ok(), "creating the root maps of an empty document");
+        doc.set_actor(actor);
+        TodoList::from_doc(doc)
+    }
+
+    /// Wraps an existing document (loaded, or received from a peer).
+    pub fn from_doc(doc: Automerge) -> TodoList {
+        let index = Index::build(&doc);
+        TodoList {
+            doc,
+            index,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Loads a saved document and makes further changes as `actor`.
+    pub fn load(bytes: &[u8], actor: ActorId) -> Result<TodoList, ModelError> {
+        let doc = Automerge::load(bytes)?.with_actor(actor);
+        Ok(TodoList::from_doc(doc))
+    }
+
+    /// A second replica of this list at the same state, writing as `actor`.
+    pub fn fork(&self, actor: ActorId) -> TodoList {
+        TodoList {
+            doc: self.doc.fork().with_actor(actor),
+            index: self.index.clone(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The Automerge document.
+    pub fn doc(&self) -> &Automerge {
+        &self.doc
+    }
+
+    /// The whole document, compressed.
+    pub fn save(&self) -> Vec<u8> {
+        self.doc.save()
+    }
+
+    /// The current heads.
+    pub fn heads(&self) -> Vec<ChangeHash> {
+        self.doc.get_heads()
+    }
+
+    /// The current version.
+    pub fn version(&self) -> Version {
+        Version(doc::render_heads(&self.doc.get_heads()))
+    }
+
+    /// Renders heads as a version string.
+    pub fn version_of(heads: &[ChangeHash]) -> Version {
+        Version(doc::render_heads(heads))
+    }
+
+    /// Number of tasks.
+    pub fn len(&self) -> usize {
+        self.index.tasks.len()
+    }
+
+    /// True when the list has no task.
+    pub fn is_empty(&self) -> bool {
+        self.index.tasks.is_empty()
+    }
+
+    /// The task as stored (possibly invalid, as a foreign peer wrote it).
+    pub fn raw_task(&self, id: &str) -> Option<&RawTask> {
+        self.index.tasks.get(id).map(|e| &e.raw)
+    }
+
+    /// The task as stored at `heads` (cost follows the history: rare paths only).
+    pub fn raw_task_at(&self, id: &str, heads: &[ChangeHash]) -> Option<RawTask> {
+        let past = self.doc.fork_at(heads).ok()?;
+        Index::build(&past).tasks.remove(id).map(|e| e.raw)
+    }
+
+    /// The agent a change's actor registered as.
+    pub fn agent_of(&self, actor: &ActorId) -> Option<String> {
+        doc::agent_of(&self.doc, self.index.agents_obj.as_ref(), actor)
+    }
+
+    /// Changes waiting for missing dependencies.
+    pub fn pending_changes(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub(crate) fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// `todo_read`: the tasks in order at the current version.
+    pub fn read(&self) -> Snapshot {
+        Snapshot {
+            version: self.version(),
+            tasks: self
+                .index
+                .order
+                .iter()
+                .filter_map(|(_, id)| self.index.tasks.get(id).map(|e| normalize(id, &e.raw)))
+                .collect(),
+        }
+    }
+
+    /// `todo_read` as of an earlier version (cost follows the history: a fork is built).
+    pub fn read_at(&self, version: &Version) -> Result<Snapshot, ApiError> {
+        if *version == self.version() {
+            return Ok(self.read());
+        }
+        let heads = self.known_heads(version)?;
+        let past = self
+            .doc
+            .fork_at(&heads)
+            .map_err(|e| unknown_version(version, e))?;
+        Ok(TodoList::from_doc(past).read())
+    }
+
+    fn known_heads(&self, version: &Version) -> Result<Vec<ChangeHash>, ApiError> {
+        let heads = doc::parse_heads(&version.0).ok_or_else(|| ApiError {
+            code: ErrorCode::InvalidValue,
+            field: Some("version".into()),
+            allowed: Vec::new(),
+            message: format!(
+                "{version:?} is not a version: use one returned by todo_read or todo_write"
+            ),
+            current: None,
+        })?;
+        if let Some(h) = heads
+            .iter()
+            .find(|h| self.doc.get_change_meta_by_hash(h).is_none())
+        {
+            return Err(unknown_version(version, h));
+        }
+        Ok(heads)
+    }
+
+    /// Applies changes from a peer (in any order, with duplicates) and says what they
+    /// touched. Changes whose dependencies are missing wait, bounded by
+    /// [`PENDING_CHANGES_MAX`].
+    pub fn apply_changes(&mut self, changes: Vec<Change>) -> Result<Merge, ModelError> {
+        let mut fresh: Vec<Change> = Vec::with_capacity(changes.len());
+        let mut seen = std::collections::BTreeSet::new();
+        for c in self.pending.drain(..).chain(changes) {
+            let h = c.hash();
+            if self.doc.get_change_meta_by_hash(&h).is_none() && seen.insert(h) {
+                fresh.push(c);
+            }
+        }
+        if fresh.is_empty() {
+            return Ok(Merge::default());
+        }
+        self.doc.apply_changes(fresh.iter().cloned())?;
+        let (applied, waiting): (Vec<Change>, Vec<Change>) = fresh
+            .into_iter()
+            .partition(|c| self.doc.get_change_meta_by_hash(&c.hash()).is_some());
+        if waiting.len() > PENDING_CHANGES_MAX {
+            return Err(ModelError::TooManyPending(waiting.len()));
+        }
+        self.pending = waiting;
+        Ok(self.index.absorb(&self.doc, &applied))
+    }
+
+    /// Pulls every change `other` has and this replica lacks.
+    pub fn merge_from(&mut self, other: &TodoList) -> Result<Merge, ModelError> {
+        let changes = self.doc.get_changes_added(&other.doc);
+        self.apply_changes(changes)
+    }
+
+    /// The changes since `heads` (for sending to a peer).
+    pub fn changes_since(&self, heads: &[ChangeHash]) -> Vec<Change> {
+        self.doc.get_changes(heads)
+    }
+
+    /// `todo_write`: validates the whole request, then commits what differs as one
+    /// change. An invalid request changes nothing. Returns the result and what the
+    /// change touched (empty when the write asked for what was already there).
+    pub fn write(
+        &mut self,
+        req: &WriteRequest,
+        ctx: &WriteContext,
+    ) -> Result<(WriteResult, Merge), ApiError> {
+        if let Some(expected) = &req.expected_version {
+            let current = self.version();
+            if *expected != current {
+                return Err(ApiError {
+                    code: ErrorCode::StaleVersion,
+                    field: Some("expected_version".into()),
+                    allowed: Vec::new(),
+                    message: format!(
+                        "the list moved on from {expected} to {current}: re-read it (the current list is attached) and send the write again"
+                    ),
+                    current: Some(Box::new(self.read())),
+                });
+            }
+        }
+        let base = match &req.mode {
+            WriteMode::Replace {
+                base_version: Some(v),
+                ..
+            } if *v != self.version() => Some(self.base_contents(v)?),
+            _ => None,
+        };
+        let plan = write::plan(&self.index, req, ctx, base.as_ref())?;
+        let version = self.version();
+        if write::plan_is_noop(&self.index, &plan) {
+            return Ok((
+                WriteResult {
+                    version,
+                    changed: false,
+                    created: Vec::new(),
+                    updated: Vec::new(),
+                    removed: Vec::new(),
+                },
+                Merge::default(),
+            ));
+        }
+        let merge = self
+            .commit(&plan, ctx, req.explanation.as_deref())
+            .map_err(internal)?;
+        let created: Vec<String> = plan.created.clone();
+        let updated: Vec<String> = merge
+            .tasks
+            .iter()
+            .filter(|(id, d)| d.before.is_some() && d.after.is_some() && !created.contains(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        Ok((
+            WriteResult {
+                version: self.version(),
+                changed: true,
+                created,
+                updated,
+                removed: plan.removed.clone(),
+            },
+            merge,
+        ))
+    }
+
+    /// Ids and contents of the tasks at `version` (the base of a stale replace).
+    fn base_contents(&self, version: &Version) -> Result<BTreeMap<String, String>, ApiError> {
+        let heads = self.known_heads(version)?;
+        let past = self
+            .doc
+            .fork_at(&heads)
+            .map_err(|e| unknown_version(version, e))?;
+        let index = Index::build(&past);
+        Ok(index
+            .tasks
+            .into_iter()
+            .map(|(id, e)| (id, e.raw.content.unwrap_or_default()))
+            .collect())
+    }
+
+    fn commit(
+        &mut self,
+        plan: &write::Plan,
+        ctx: &WriteContext,
+        explanation: Option<&str>,
+    ) -> Result<Merge, AutomergeError> {
+        let tasks_obj = match self.index.tasks_obj.clone() {
+            Some(t) => t,
+            None => {
+                // A document made elsewhere without our root: add the map once.
+                let mut tx = self.doc.transaction();
+                let t = tx.put_object(ROOT, doc::TASKS, ObjType::Map)?;
+                tx.commit_with(CommitOptions::default().with_time(ctx.now_ms));
+                self.index = Index::build(&self.doc);
+                t
+            }
+        };
+        let actor = self.doc.get_actor().clone();
+        let index = &self.index;
+        let mut opts = CommitOptions::default().with_time(ctx.now_ms);
+        if let Some(e) = explanation {
+            opts = opts.with_message(e);
+        }
+        let mut tx = self.doc.transaction();
+        let mut wrote = false;
+        for (id, d) in &plan.changed {
+            let existing = index.tasks.get(id);
+            match d {
+                None => {
+                    if existing.is_some() {
+                        tx.delete(&tasks_obj, id.as_str())?;
+                        wrote = true;
+                    }
+                }
+                Some(d) => {
+                    wrote |= write::write_task(
+                        &mut tx,
+                        &tasks_obj,
+                        existing.map(|e| (&e.obj, &e.raw)),
+                        d,
+                    )?;
+                }
+            }
+        }
+        if wrote {
+            write::register_agent(&mut tx, index.agents_obj.as_ref(), &actor, &ctx.agent)?;
+        }
+        tx.commit_with(opts);
+        let Some(change) = self.doc.get_last_local_change() else {
+            return Ok(Merge::default());
+        };
+        Ok(self.index.absorb(&self.doc, &[change]))
+    }
+
+    /// Applies field values chosen by the authority as one change of this replica's
+    /// actor, registered as `agent`. Returns what the change touched.
+    pub(crate) fn apply_fields(
+        &mut self,
+        agent: &str,
+        now_ms: i64,
+        message: &str,
+        sets: &[(String, &'static str, FieldValue)],
+    ) -> Result<Merge, AutomergeError> {
+        let Some(tasks_obj) = self.index.tasks_obj.clone() else {
+            return Ok(Merge::default());
+        };
+        let actor = self.doc.get_actor().clone();
+        let agents = self.index.agents_obj.clone();
+        let objs: Vec<Option<automerge::ObjId>> = sets
+            .iter()
+            .map(|(id, _, _)| self.index.tasks.get(id).map(|e| e.obj.clone()))
+            .collect();
+        let mut tx = self.doc.transaction();
+        for ((id, f, value), obj) in sets.iter().zip(objs) {
+            match (value, obj) {
+                (FieldValue::Task(Some(raw)), _) => {
+                    let raw: &RawTask = raw;
+                    let obj = tx.put_object(&tasks_obj, id.as_str(), ObjType::Map)?;
+                    write_raw(&mut tx, &obj, raw)?;
+                }
+                (FieldValue::Task(None), _) => tx.delete(&tasks_obj, id.as_str())?,
+                (_, None) => {}
+                (FieldValue::Str(Some(s)), Some(obj)) => tx.put(&obj, *f, s.as_str())?,
+                (FieldValue::Str(None), Some(obj)) => tx.delete(&obj, *f)?,
+                (FieldValue::List(items), Some(obj)) => {
+                    let list = tx.put_object(&obj, *f, ObjType::List)?;
+                    for (i, item) in items.iter().enumerate() {
+                        tx.insert(&list, i, item.as_str())?;
+                    }
+                }
+            }
+        }
+        write::register_agent(&mut tx, agents.as_ref(), &actor, agent)?;
+        tx.commit_with(
+            CommitOptions::default()
+                .with_time(now_ms)
+                .with_message(message),
+        );
+        let Some(change) = self.doc.get_last_local_change() else {
+            return Ok(Merge::default());
+        };
+        Ok(self.index.absorb(&self.doc, &[change]))
+    }
+}
+
+/// A value the authority writes back (see [`TodoList::apply_fields`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FieldValue {
+    /// A string register (None: delete it).
+    Str(Option<String>),
+    /// A list of strings.
+    List(Vec<String>),
+    /// The whole task entry (None: delete the task).
+    Task(Option<RawTask>),
+}
+
+fn write_raw(
+    tx: &mut automerge::transaction::Transaction<'_>,
+    obj: &automerge::ObjId,
+    raw: &RawTask,
+) -> Result<(), AutomergeError> {
+    let strs = [
+        (field::CONTENT, &raw.content),
+        (field::ACTIVE_FORM, &raw.active_form),
+        (field::STATUS, &raw.status),
+        (field::PRIORITY, &raw.priority),
+        (field::OWNER, &raw.owner),
+    ];
+    for (f, v) in strs {
+        if let Some(v) = v {
+            tx.put(obj, f, v.as_str())?;
+        }
+    }
+    let list = tx.put_object(obj, field::BLOCKED_BY, ObjType::List)?;
+    for (i, d) in raw.blocked_by.iter().enumerate() {
+        tx.insert(&list, i, d.as_str())?;
+    }
+    tx.put(obj, field::POSITION, raw.position.as_str())?;
+    Ok(())
+}
+
+fn unknown_version(version: &Version, cause: impl std::fmt::Display) -> ApiError {
+    ApiError {
+        code: ErrorCode::UnknownVersion,
+        field: Some("version".into()),
+        allowed: Vec::new(),
+        message: format!(
+            "version {version} is not known here ({cause}): sync first, or use a version from todo_read"
+        ),
+        current: None,
+    }
+}
+
+fn internal(e: AutomergeError) -> ApiError {
+    ApiError {
+        code: ErrorCode::Internal,
+        field: None,
+        allowed: Vec::new(),
+        message: format!("the write could not be committed ({e}); nothing changed, try again"),
+        current: None,
+    }
+}
