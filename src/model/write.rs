@@ -667,7 +667,14 @@ fn validate(draft: &Draft<'_>) -> Result<(), ApiError> {
                 format!("dependencies would form a cycle: {}", cycle.join(" → ")),
             ));
         }
-        if d.task.status == Status::InProgress {
+        // Only a write that starts a task (or hands a started task to another owner)
+        // is refused; a list that is already over the limit after a merge stays
+        // editable, and the authority reports it.
+        let already_active = index.tasks.get(id).is_some_and(|e| {
+            e.raw.status.as_deref() == Some(Status::InProgress.as_str())
+                && e.raw.owner == d.task.owner
+        });
+        if d.task.status == Status::InProgress && !already_active {
             let owner = &d.task.owner;
             let others: Vec<String> = index
                 .active

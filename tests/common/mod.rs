@@ -1,0 +1,107 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use automerge::{transaction::Transactable, ActorId, Automerge, ObjType, ReadDoc};
+use swarmtodo::model::{TodoList, WriteContext};
+use swarmtodo::proto::{PatchOp, Status, TaskPatch, WriteMode, WriteRequest};
+
+/// A deterministic actor id.
+pub fn actor(n: u8) -> ActorId {
+    ActorId::from([n; 16])
+}
+
+/// A patch request.
+pub fn patch(ops: Vec<PatchOp>) -> WriteRequest {
+    WriteRequest {
+        mode: WriteMode::Patch { ops },
+        expected_version: None,
+        explanation: None,
+    }
+}
+
+/// Upsert of one task.
+pub fn upsert(p: TaskPatch) -> PatchOp {
+    PatchOp::Upsert { task: p }
+}
+
+/// A task patch with id and content.
+pub fn task(id: &str, content: &str) -> TaskPatch {
+    TaskPatch {
+        id: Some(id.into()),
+        content: Some(content.into()),
+        ..TaskPatch::default()
+    }
+}
+
+/// A status change.
+pub fn status(id: &str, s: Status) -> TaskPatch {
+    TaskPatch {
+        id: Some(id.into()),
+        status: Some(s),
+        ..TaskPatch::default()
+    }
+}
+
+/// Writes as `agent`, panicking on refusal.
+pub fn write(list: &mut TodoList, agent: &str, req: WriteRequest) {
+    let seed = list.heads().len() as u64 + list.len() as u64 * 31;
+    list.write(&req, &WriteContext::new(agent, 1_000, seed))
+        .unwrap_or_else(|e| panic!("{agent}'s write refused: {e}"));
+}
+
+/// A hub list with tasks `ids` (content "Do <id>", pending, unowned), written by "lead".
+pub fn hub_with(ids: &[&str]) -> TodoList {
+    let mut hub = TodoList::create(actor(0xA0));
+    let mut lead = hub.fork(actor(0xA1));
+    let ops = ids
+        .iter()
+        .map(|id| upsert(task(id, &format!("Do {id}"))))
+        .collect();
+    write(&mut lead, "lead", patch(ops));
+    hub.merge_from(&lead).unwrap();
+    hub
+}
+
+/// A raw Automerge peer (no swarmtodo validation): a fork of `list`'s document that
+/// edits the task map directly, as a foreign or buggy client could.
+pub struct RawPeer {
+    pub doc: Automerge,
+}
+
+impl RawPeer {
+    pub fn fork(list: &TodoList, n: u8, agent: &str) -> RawPeer {
+        let mut doc = list.doc().fork().with_actor(actor(n));
+        let agents = doc.get(automerge::ROOT, "agents").unwrap().unwrap().1;
+        let mut tx = doc.transaction();
+        tx.put(&agents, actor(n).to_hex_string(), agent).unwrap();
+        tx.commit();
+        RawPeer { doc }
+    }
+
+    fn task_obj(&self, id: &str) -> automerge::ObjId {
+        let tasks = self.doc.get(automerge::ROOT, "tasks").unwrap().unwrap().1;
+        self.doc.get(&tasks, id).unwrap().unwrap().1
+    }
+
+    /// Puts a scalar string into a task field.
+    pub fn put(&mut self, id: &str, field: &str, value: &str) {
+        let obj = self.task_obj(id);
+        let mut tx = self.doc.transaction();
+        tx.put(&obj, field, value).unwrap();
+        tx.commit();
+    }
+
+    /// Puts a Text object into a task field (what JS does with a native string).
+    pub fn put_text(&mut self, id: &str, field: &str, value: &str) {
+        let obj = self.task_obj(id);
+        let mut tx = self.doc.transaction();
+        let text = tx.put_object(&obj, field, ObjType::Text).unwrap();
+        tx.splice_text(&text, 0, 0, value).unwrap();
+        tx.commit();
+    }
+
+    /// Changes `list` lacks.
+    pub fn changes_for(&self, list: &TodoList) -> Vec<automerge::Change> {
+        list.doc().get_changes_added(&self.doc)
+    }
+}
