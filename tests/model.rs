@@ -1,0 +1,563 @@
+//! `todo_write` / `todo_read` on a replica (DESIGN.md §3, §5).
+
+mod common;
+
+use common::*;
+use swarmtodo::model::{parse_write_request, TodoList, WriteContext};
+use swarmtodo::proto::{
+    ApiError, ErrorCode, PatchOp, Priority, Status, TaskPatch, Version, WriteMode, WriteRequest,
+};
+
+/// A list with t1 (in_progress for "bob"), t2, t3.
+fn list() -> TodoList {
+    let mut l = hub_with(&["t1", "t2", "t3"]).fork(actor(0x10));
+    write(
+        &mut l,
+        "lead",
+        patch(vec![upsert(TaskPatch {
+            owner: Some(Some("bob".into())),
+            ..status("t1", Status::InProgress)
+        })]),
+    );
+    l
+}
+
+fn ids(l: &TodoList) -> Vec<String> {
+    l.read().tasks.into_iter().map(|t| t.id).collect()
+}
+
+/// Data-driven check of refused writes: `(request JSON, code, field)`. A refused write
+/// must leave the list exactly as it was.
+#[test]
+fn invalid_writes_are_refused_with_a_typed_error_and_change_nothing() {
+    let cases: &[(&str, ErrorCode, &str)] = &[
+        (
+            r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"t2","status":"done"}}]}"#,
+            ErrorCode::InvalidValue,
+            "ops[0].task.status",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"t2","priority":"urgent"}}]}"#,
+            ErrorCode::InvalidValue,
+            "ops[0].task.priority",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"t2","colour":"red"}}]}"#,
+            ErrorCode::InvalidValue,
+            "ops[0].task.colour",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"n1","content":"a"}},{"op":"upsert","task":{"id":"n1","content":"b"}}]}"#,
+            ErrorCode::DuplicateId,
+            "ops[1].task.id",
+        ),
+        (
+            r#"{"mode":"replace","tasks":[{"id":"t1","content":"a"},{"id":"t1","content":"b"}]}"#,
+            ErrorCode::DuplicateId,
+            "tasks[1].id",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"t2","status":"in_progress","owner":"bob"}}]}"#,
+            ErrorCode::SecondInProgress,
+            "task t2.status",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"t2","content":"  "}}]}"#,
+            ErrorCode::MissingField,
+            "ops[0].task.content",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"new"}}]}"#,
+            ErrorCode::MissingField,
+            "ops[0].task.content",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"remove","id":"nope"}]}"#,
+            ErrorCode::UnknownTask,
+            "ops[0].id",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"move","id":"t1","after":"nope"}]}"#,
+            ErrorCode::UnknownTask,
+            "ops[0].after",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"t2","blocked_by":["nope"]}}]}"#,
+            ErrorCode::InvalidDependency,
+            "task t2.blocked_by",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"t2","blocked_by":["t3"]}},{"op":"upsert","task":{"id":"t3","blocked_by":["t2"]}}]}"#,
+            ErrorCode::InvalidDependency,
+            "task t2.blocked_by",
+        ),
+        (
+            r#"{"mode":"patch","ops":[],"expected_version":"0"}"#,
+            ErrorCode::StaleVersion,
+            "expected_version",
+        ),
+        (
+            r#"{"mode":"replace","tasks":[],"base_version":"0.1"}"#,
+            ErrorCode::InvalidValue,
+            "version",
+        ),
+        (r#"{"mode":"shuffle"}"#, ErrorCode::InvalidValue, "mode"),
+        (
+            r#"{"mode":"patch","ops":[],"why":"x"}"#,
+            ErrorCode::InvalidValue,
+            "why",
+        ),
+        (
+            r#"{"mode":"patch","ops":[{"op":"rename","id":"t1"}]}"#,
+            ErrorCode::InvalidValue,
+            "ops[0].op",
+        ),
+    ];
+    for (json, code, field) in cases {
+        let mut l = list();
+        let before = l.read();
+        let err: ApiError = match parse_write_request(json) {
+            Err(e) => e,
+            Ok(req) => l
+                .write(&req, &WriteContext::new("lead", 5, 5))
+                .expect_err(json),
+        };
+        assert_eq!(err.code, *code, "{json}: {err}");
+        assert_eq!(err.field.as_deref().unwrap_or(""), *field, "{json}: {err}");
+        assert!(!err.message.is_empty());
+        assert_eq!(l.read(), before, "{json} changed the list");
+    }
+}
+
+#[test]
+fn unknown_enum_values_list_what_is_allowed() {
+    let err = parse_write_request(
+        r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"t","status":"done"}}]}"#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.allowed,
+        vec![
+            "pending",
+            "in_progress",
+            "completed",
+            "cancelled",
+            "blocked"
+        ]
+    );
+    let err = parse_write_request(
+        r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"t","priority":"p0"}}]}"#,
+    )
+    .unwrap_err();
+    assert_eq!(err.allowed, vec!["high", "medium", "low"]);
+}
+
+#[test]
+fn limits_are_refused() {
+    let mut l = list();
+    let long = "x".repeat(swarmtodo::proto::TASK_ID_BYTES_MAX + 1);
+    let err = l
+        .write(
+            &patch(vec![upsert(task(&long, "Do it"))]),
+            &WriteContext::new("lead", 1, 1),
+        )
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::LimitExceeded);
+    let big = "y".repeat(swarmtodo::proto::TASK_TEXT_BYTES_MAX + 1);
+    let err = l
+        .write(
+            &patch(vec![upsert(task("t9", &big))]),
+            &WriteContext::new("lead", 1, 1),
+        )
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::LimitExceeded);
+    assert_eq!(err.field.as_deref(), Some("ops[0].task.content"));
+}
+
+#[test]
+fn writing_what_is_there_changes_nothing() {
+    let mut l = list();
+    let v = l.version();
+    let req = patch(vec![
+        upsert(task("t2", "Do t2")),
+        upsert(status("t3", Status::Pending)),
+    ]);
+    let (res, merge) = l.write(&req, &WriteContext::new("lead", 9, 9)).unwrap();
+    assert!(!res.changed);
+    assert!(merge.is_empty());
+    assert_eq!(res.version, v);
+    assert_eq!(l.version(), v);
+    // The same for a replace that sends the list as it is.
+    let same: Vec<TaskPatch> = l
+        .read()
+        .tasks
+        .iter()
+        .map(|t| TaskPatch {
+            id: Some(t.id.clone()),
+            content: Some(t.content.clone()),
+            status: Some(t.status),
+            ..TaskPatch::default()
+        })
+        .collect();
+    let req = WriteRequest {
+        mode: WriteMode::Replace {
+            tasks: same,
+            base_version: Some(v.clone()),
+        },
+        expected_version: Some(v.clone()),
+        explanation: None,
+    };
+    let (res, _) = l.write(&req, &WriteContext::new("lead", 9, 9)).unwrap();
+    assert!(!res.changed);
+    assert_eq!(l.version(), v);
+}
+
+#[test]
+fn compare_and_set_accepts_the_current_version_and_refuses_a_stale_one() {
+    let mut l = list();
+    let v0 = l.version();
+    let mut req = patch(vec![upsert(status("t2", Status::Blocked))]);
+    req.expected_version = Some(v0.clone());
+    let (res, _) = l.write(&req, &WriteContext::new("lead", 1, 1)).unwrap();
+    assert!(res.changed);
+    assert_ne!(res.version, v0);
+    let mut again = patch(vec![upsert(status("t3", Status::Blocked))]);
+    again.expected_version = Some(v0);
+    let err = l
+        .write(&again, &WriteContext::new("lead", 2, 2))
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::StaleVersion);
+    let current = err
+        .current
+        .expect("the current list comes with the refusal");
+    assert_eq!(current.version, l.version());
+    assert_eq!(current.tasks[1].status, Status::Blocked);
+    assert_eq!(l.read().tasks[2].status, Status::Pending, "nothing changed");
+}
+
+#[test]
+fn replace_from_a_stale_base_keeps_what_others_added() {
+    let mut a = list();
+    let base = a.read();
+    // Someone else adds t4 after A read the list.
+    let mut b = a.fork(actor(0x30));
+    write(
+        &mut b,
+        "bob",
+        patch(vec![upsert(task("t4", "Added by bob"))]),
+    );
+    a.merge_from(&b).unwrap();
+    // A replaces with what it saw, minus t2, plus a new task, reordered.
+    let mut tasks: Vec<TaskPatch> = base
+        .tasks
+        .iter()
+        .filter(|t| t.id != "t2")
+        .map(|t| TaskPatch {
+            id: Some(t.id.clone()),
+            content: Some(t.content.clone()),
+            ..TaskPatch::default()
+        })
+        .rev()
+        .collect();
+    tasks.push(task("t5", "Added by A"));
+    let req = WriteRequest {
+        mode: WriteMode::Replace {
+            tasks,
+            base_version: Some(base.version.clone()),
+        },
+        expected_version: None,
+        explanation: Some("replan".into()),
+    };
+    let (res, _) = a.write(&req, &WriteContext::new("alice", 3, 3)).unwrap();
+    assert_eq!(res.removed, vec!["t2"]);
+    assert_eq!(res.created, vec!["t5"]);
+    let order = ids(&a);
+    assert!(
+        order.contains(&"t4".to_owned()),
+        "bob's task survives: {order:?}"
+    );
+    let mine: Vec<&String> = order.iter().filter(|id| *id != "t4").collect();
+    assert_eq!(mine, vec!["t3", "t1", "t5"]);
+    // The explanation travels with the change.
+    let change = a.doc().get_last_local_change().unwrap();
+    assert_eq!(change.message(), Some("replan"));
+}
+
+#[test]
+fn replace_without_ids_matches_tasks_by_content() {
+    let mut l = TodoList::create(actor(1));
+    let plan = |statuses: [Status; 2]| WriteRequest {
+        mode: WriteMode::Replace {
+            tasks: vec![
+                TaskPatch {
+                    content: Some("Run the tests".into()),
+                    status: Some(statuses[0]),
+                    ..TaskPatch::default()
+                },
+                TaskPatch {
+                    content: Some("Fix the bug".into()),
+                    status: Some(statuses[1]),
+                    ..TaskPatch::default()
+                },
+            ],
+            base_version: None,
+        },
+        expected_version: None,
+        explanation: None,
+    };
+    let (r1, _) = l
+        .write(
+            &plan([Status::InProgress, Status::Pending]),
+            &WriteContext::new("agent", 1, 42),
+        )
+        .unwrap();
+    assert_eq!(r1.created.len(), 2);
+    let first = ids(&l);
+    let (r2, _) = l
+        .write(
+            &plan([Status::Completed, Status::InProgress]),
+            &WriteContext::new("agent", 2, 43),
+        )
+        .unwrap();
+    assert!(r2.created.is_empty() && r2.removed.is_empty(), "{r2:?}");
+    assert_eq!(ids(&l), first, "the same tasks, not new ones");
+    let s: Vec<Status> = l.read().tasks.iter().map(|t| t.status).collect();
+    assert_eq!(s, vec![Status::Completed, Status::InProgress]);
+}
+
+#[test]
+fn patch_moves_and_removes() {
+    let mut l = list();
+    write(
+        &mut l,
+        "lead",
+        patch(vec![PatchOp::Move {
+            id: "t3".into(),
+            after: None,
+        }]),
+    );
+    assert_eq!(ids(&l), vec!["t3", "t1", "t2"]);
+    write(
+        &mut l,
+        "lead",
+        patch(vec![PatchOp::Move {
+            id: "t3".into(),
+            after: Some("t1".into()),
+        }]),
+    );
+    assert_eq!(ids(&l), vec!["t1", "t3", "t2"]);
+    write(
+        &mut l,
+        "lead",
+        patch(vec![
+            PatchOp::Move {
+                id: "t1".into(),
+                after: Some("t2".into()),
+            },
+            PatchOp::Remove { id: "t3".into() },
+            upsert(task("t4", "Last")),
+        ]),
+    );
+    assert_eq!(ids(&l), vec!["t2", "t1", "t4"]);
+    // Moving changes only the moved task's position.
+    let before: Vec<String> = ["t2", "t4"]
+        .iter()
+        .map(|id| l.raw_task(id).unwrap().position.clone())
+        .collect();
+    let (res, merge) = l
+        .write(
+            &patch(vec![PatchOp::Move {
+                id: "t4".into(),
+                after: None,
+            }]),
+            &WriteContext::new("lead", 1, 1),
+        )
+        .unwrap();
+    assert_eq!(res.updated, vec!["t4"]);
+    assert_eq!(merge.tasks.keys().collect::<Vec<_>>(), vec!["t4"]);
+    assert_eq!(l.raw_task("t2").unwrap().position, before[0]);
+}
+
+#[test]
+fn new_tasks_get_generated_ids_when_none_is_given() {
+    let mut l = TodoList::create(actor(1));
+    let req = patch(vec![upsert(TaskPatch {
+        content: Some("No id".into()),
+        priority: Some(Priority::High),
+        ..TaskPatch::default()
+    })]);
+    let (res, _) = l.write(&req, &WriteContext::new("a", 1, 7)).unwrap();
+    assert_eq!(res.created.len(), 1);
+    assert!(uuid_like(&res.created[0]), "{}", res.created[0]);
+    assert_eq!(l.read().tasks[0].priority, Priority::High);
+}
+
+fn uuid_like(s: &str) -> bool {
+    s.len() == 36 && s.chars().filter(|c| *c == '-').count() == 4
+}
+
+#[test]
+fn concurrent_appends_at_one_spot_are_ordered_by_id() {
+    let base = hub_with(&["t1"]);
+    let mut a = base.fork(actor(1));
+    let mut b = base.fork(actor(2));
+    write(&mut a, "a", patch(vec![upsert(task("zz", "From a"))]));
+    write(&mut b, "b", patch(vec![upsert(task("aa", "From b"))]));
+    a.merge_from(&b).unwrap();
+    b.merge_from(&a).unwrap();
+    assert_eq!(
+        a.raw_task("zz").unwrap().position,
+        a.raw_task("aa").unwrap().position
+    );
+    assert_eq!(ids(&a), vec!["t1", "aa", "zz"]);
+    assert_eq!(a.read(), b.read());
+}
+
+#[test]
+fn read_as_of_an_earlier_version() {
+    let mut l = list();
+    let v1 = l.version();
+    let snap1 = l.read();
+    write(
+        &mut l,
+        "lead",
+        patch(vec![PatchOp::Remove { id: "t2".into() }]),
+    );
+    assert_eq!(l.read().tasks.len(), 2);
+    assert_eq!(l.read_at(&v1).unwrap(), snap1);
+    let err = l
+        .read_at(&Version("11111111111111111111111111111111".into()))
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::UnknownVersion);
+    let err = l.read_at(&Version("not a version!".into())).unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidValue);
+}
+
+#[test]
+fn two_creators_of_one_list_share_one_root() {
+    let mut a = TodoList::create(actor(1));
+    let mut b = TodoList::create(actor(2));
+    assert_eq!(
+        a.version(),
+        b.version(),
+        "the first change is the same everywhere"
+    );
+    write(&mut a, "a", patch(vec![upsert(task("x", "From a"))]));
+    write(&mut b, "b", patch(vec![upsert(task("y", "From b"))]));
+    a.merge_from(&b).unwrap();
+    b.merge_from(&a).unwrap();
+    assert_eq!(ids(&a), vec!["x", "y"]);
+    assert_eq!(a.read(), b.read());
+}
+
+#[test]
+fn text_objects_and_scalar_strings_read_the_same() {
+    let mut l = hub_with(&["t1", "t2"]);
+    let mut peer = RawPeer::fork(&l, 9, "js");
+    peer.put_text("t1", "content", "Run the tests");
+    peer.put_text("t1", "status", "in_progress");
+    peer.put_text("t1", "owner", "js");
+    l.apply_changes(peer.changes_for(&l)).unwrap();
+    let t = &l.read().tasks[0];
+    assert_eq!(t.content, "Run the tests");
+    assert_eq!(t.status, Status::InProgress);
+    assert_eq!(t.owner.as_deref(), Some("js"));
+    // A second in-progress task for the same owner is refused even though the first
+    // was written as Text.
+    let err = l
+        .write(
+            &patch(vec![upsert(TaskPatch {
+                owner: Some(Some("js".into())),
+                ..status("t2", Status::InProgress)
+            })]),
+            &WriteContext::new("js", 1, 1),
+        )
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::SecondInProgress);
+}
+
+#[test]
+fn changes_out_of_order_and_duplicated_converge() {
+    let base = hub_with(&["t1"]);
+    let mut a = base.fork(actor(1));
+    for i in 0..5 {
+        write(
+            &mut a,
+            "a",
+            patch(vec![upsert(task(&format!("n{i}"), &format!("Task {i}")))]),
+        );
+    }
+    let mut changes = a.changes_since(&base.heads());
+    changes.reverse();
+    let mut b = base.fork(actor(2));
+    // Deliver the newest first: they wait for their dependencies.
+    b.apply_changes(changes[..2].to_vec()).unwrap();
+    assert_eq!(b.pending_changes(), 2);
+    assert_eq!(b.len(), 1);
+    b.apply_changes(changes.clone()).unwrap();
+    b.apply_changes(changes).unwrap();
+    assert_eq!(b.pending_changes(), 0);
+    assert_eq!(b.read(), a.read());
+}
+
+#[test]
+fn save_and_load_round_trip() {
+    let l = list();
+    let back = TodoList::load(&l.save(), actor(0x44)).unwrap();
+    assert_eq!(back.read(), l.read());
+    assert!(TodoList::load(b"definitely not automerge", actor(1)).is_err());
+}
+
+#[test]
+fn requests_round_trip_through_json() {
+    let reqs = vec![
+        WriteRequest {
+            mode: WriteMode::Replace {
+                tasks: vec![TaskPatch {
+                    active_form: Some(None),
+                    owner: Some(Some("bob".into())),
+                    blocked_by: Some(vec!["t1".into()]),
+                    ..task("t2", "Do t2")
+                }],
+                base_version: Some(Version("0".into())),
+            },
+            expected_version: Some(Version("0".into())),
+            explanation: Some("why".into()),
+        },
+        patch(vec![
+            upsert(status("t1", Status::Cancelled)),
+            PatchOp::Remove { id: "t2".into() },
+            PatchOp::Move {
+                id: "t3".into(),
+                after: Some("t1".into()),
+            },
+            PatchOp::Move {
+                id: "t3".into(),
+                after: None,
+            },
+        ]),
+    ];
+    for req in reqs {
+        let json = serde_json::to_string(&req).unwrap();
+        let back = parse_write_request(&json).unwrap_or_else(|e| panic!("{json}: {e}"));
+        // `null` (clear the field) survives the round trip.
+        assert_eq!(back, req, "{json}");
+    }
+    let clear = parse_write_request(
+        r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"t1","owner":null}}]}"#,
+    )
+    .unwrap();
+    let WriteMode::Patch { ops } = clear.mode else {
+        panic!()
+    };
+    assert_eq!(
+        ops[0],
+        PatchOp::Upsert {
+            task: TaskPatch {
+                id: Some("t1".into()),
+                owner: Some(None),
+                ..TaskPatch::default()
+            }
+        }
+    );
+}
