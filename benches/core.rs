@@ -289,10 +289,10 @@ fn fixture(fixtures: &mut BTreeMap<usize, Fixture>, n: usize) -> &mut Fixture {
     fixtures.entry(n).or_insert_with(|| Fixture::new(n))
 }
 
-fn configure(
-    c: &mut Criterion,
+fn configure<'a>(
+    c: &'a mut Criterion,
     name: &str,
-) -> criterion::BenchmarkGroup<'_, criterion::measurement::WallTime> {
+) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
     let mut g = c.benchmark_group(name);
     g.measurement_time(Duration::from_secs(3))
         .warm_up_time(Duration::from_secs(1))

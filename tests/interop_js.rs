@@ -2,6 +2,7 @@
 //! `tests/js/node_modules`) reads a list a Rust replica wrote and edits it with native JS
 //! strings (stored as Text objects). The Rust replica must read both forms the same, and
 //! the authority must catch and repair the JS peer's invalid status.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

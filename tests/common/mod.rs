@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub)] // Each test crate uses a part of these helpers.
 
 use automerge::{transaction::Transactable, ActorId, Automerge, ObjType, ReadDoc};
 use swarmtodo::model::{TodoList, WriteContext};
