@@ -544,17 +544,17 @@ impl Authority {
                 continue;
             };
             let raw = &entry.raw;
-            let deps_value = written(list, id, field::BLOCKED_BY);
-            let deps_op = deps_value
-                .as_ref()
-                .map(|w| w.op.clone())
-                .unwrap_or_default();
             let missing: Vec<&String> = raw
                 .blocked_by
                 .iter()
                 .filter(|d| !index.tasks.contains_key(*d) || *d == id)
                 .collect();
             if !missing.is_empty() {
+                let deps_value = written(list, id, field::BLOCKED_BY);
+                let deps_op = deps_value
+                    .as_ref()
+                    .map(|w| w.op.clone())
+                    .unwrap_or_default();
                 let key = format!("dependencies:missing:{id}:{missing:?}:{deps_op}");
                 let kept: Vec<String> = raw
                     .blocked_by
@@ -570,7 +570,7 @@ impl Authority {
                     rule: Rule::Dependencies,
                     message: format!("task {id:?} is blocked by {missing:?}, which are not tasks of this list (or itself)"),
                     tasks: [id.clone()].into(),
-                    values: deps_value.clone().into_iter().collect(),
+                    values: deps_value.into_iter().collect(),
                     repair: fixing.then(|| format!("dropped {missing:?} from {id}.blocked_by")),
                 });
             }
