@@ -562,3 +562,49 @@ fn requests_round_trip_through_json() {
         }
     );
 }
+
+#[test]
+fn replace_from_a_stale_base_writes_only_what_the_writer_changed() {
+    let mut a = list();
+    let base = a.read();
+    let mut b = a.fork(actor(0x30));
+    write(
+        &mut b,
+        "bob",
+        patch(vec![
+            upsert(status("t2", Status::Blocked)),
+            PatchOp::Remove { id: "t3".into() },
+        ]),
+    );
+    a.merge_from(&b).unwrap();
+    // A sends back the list exactly as it read it, but with t2's content edited.
+    let tasks: Vec<TaskPatch> = base
+        .tasks
+        .iter()
+        .map(|t| TaskPatch {
+            id: Some(t.id.clone()),
+            content: Some(if t.id == "t2" {
+                "Do t2 properly".into()
+            } else {
+                t.content.clone()
+            }),
+            status: Some(t.status),
+            owner: Some(t.owner.clone()),
+            ..TaskPatch::default()
+        })
+        .collect();
+    let req = WriteRequest {
+        mode: WriteMode::Replace {
+            tasks,
+            base_version: Some(base.version.clone()),
+        },
+        expected_version: None,
+        explanation: None,
+    };
+    a.write(&req, &WriteContext::new("alice", 3, 3)).unwrap();
+    let snap = a.read();
+    assert_eq!(ids(&a), vec!["t1", "t2"], "t3 stays removed");
+    let t2 = &snap.tasks[1];
+    assert_eq!(t2.content, "Do t2 properly", "A's edit lands");
+    assert_eq!(t2.status, Status::Blocked, "B's concurrent status survives");
+}

@@ -574,7 +574,7 @@ impl TodoList {
             WriteMode::Replace {
                 base_version: Some(v),
                 ..
-            } if *v != self.version() => Some(self.base_contents(v)?),
+            } if *v != self.version() => Some(self.base_tasks(v)?),
             _ => None,
         };
         let plan = write::plan(&self.index, req, ctx, base.as_ref())?;
@@ -613,19 +613,16 @@ impl TodoList {
         ))
     }
 
-    /// Ids and contents of the tasks at `version` (the base of a stale replace).
-    fn base_contents(&self, version: &Version) -> Result<BTreeMap<String, String>, ApiError> {
+    /// The tasks at `version` (the base of a stale replace). Cost follows the history:
+    /// a fork at that version is indexed.
+    fn base_tasks(&self, version: &Version) -> Result<BTreeMap<String, RawTask>, ApiError> {
         let heads = self.known_heads(version)?;
         let past = self
             .doc
             .fork_at(&heads)
             .map_err(|e| unknown_version(version, e))?;
         let index = Index::build(&past);
-        Ok(index
-            .tasks
-            .into_iter()
-            .map(|(id, e)| (id, e.raw.content.unwrap_or_default()))
-            .collect())
+        Ok(index.tasks.into_iter().map(|(id, e)| (id, e.raw)).collect())
     }
 
     fn commit(

@@ -446,7 +446,7 @@ pub(crate) fn plan(
     index: &Index,
     req: &WriteRequest,
     ctx: &WriteContext,
-    base: Option<&BTreeMap<String, String>>,
+    base: Option<&BTreeMap<String, RawTask>>,
 ) -> Result<Plan, ApiError> {
     if let Some(e) = &req.explanation {
         if e.len() > EXPLANATION_BYTES_MAX {
@@ -503,14 +503,14 @@ pub(crate) fn plan(
                     format!("{} tasks; the limit is {WRITE_OPS_MAX}", tasks.len()),
                 ));
             }
-            let base_all: BTreeMap<String, String>;
+            let base_all: BTreeMap<String, RawTask>;
             let base = match base {
                 Some(b) => b,
                 None => {
                     base_all = index
                         .tasks
                         .iter()
-                        .map(|(id, e)| (id.clone(), e.raw.content.clone().unwrap_or_default()))
+                        .map(|(id, e)| (id.clone(), e.raw.clone()))
                         .collect();
                     &base_all
                 }
@@ -540,8 +540,10 @@ pub(crate) fn plan(
                 if let Some(content) = &t.content {
                     let hit = base
                         .iter()
-                        .find(|(id, c)| {
-                            *c == content && !seen.contains(*id) && index.tasks.contains_key(*id)
+                        .find(|(id, b)| {
+                            b.content.as_ref() == Some(content)
+                                && !seen.contains(*id)
+                                && index.tasks.contains_key(*id)
                         })
                         .map(|(id, _)| id.clone());
                     if let Some(id) = hit {
@@ -562,6 +564,27 @@ pub(crate) fn plan(
                 let at = format!("tasks[{i}]");
                 let mut p = t.clone();
                 p.id = ids[i].clone();
+                // A diff against the base: only what the writer changed since it read
+                // the list is written, so concurrent edits of other fields survive.
+                if let Some((id, b)) = p.id.clone().and_then(|id| base.get(&id).map(|b| (id, b))) {
+                    let mut reduced = p.clone();
+                    drop_unchanged(&mut reduced, &normalize(&id, b));
+                    let gone = !draft.exists(&id);
+                    if gone
+                        && reduced
+                            == (TaskPatch {
+                                id: Some(id.clone()),
+                                ..TaskPatch::default()
+                            })
+                    {
+                        // Removed by someone else since, and not edited by this writer:
+                        // it stays removed.
+                        continue;
+                    }
+                    if !gone {
+                        p = reduced;
+                    }
+                }
                 let id = draft.upsert(&p, &at)?;
                 resolved.push(id);
             }
@@ -570,6 +593,28 @@ pub(crate) fn plan(
     }
     validate(&draft)?;
     Ok(draft.plan)
+}
+
+/// Clears the fields of `p` that equal the base task's.
+fn drop_unchanged(p: &mut TaskPatch, base: &Task) {
+    if p.content.as_ref() == Some(&base.content) {
+        p.content = None;
+    }
+    if p.active_form.as_ref() == Some(&base.active_form) {
+        p.active_form = None;
+    }
+    if p.status == Some(base.status) {
+        p.status = None;
+    }
+    if p.priority == Some(base.priority) {
+        p.priority = None;
+    }
+    if p.owner.as_ref() == Some(&base.owner) {
+        p.owner = None;
+    }
+    if p.blocked_by.as_ref() == Some(&base.blocked_by) {
+        p.blocked_by = None;
+    }
 }
 
 /// Gives the tasks of a replace the order they were sent in, moving as few as possible:
