@@ -608,3 +608,30 @@ fn replace_from_a_stale_base_writes_only_what_the_writer_changed() {
     assert_eq!(t2.content, "Do t2 properly", "A's edit lands");
     assert_eq!(t2.status, Status::Blocked, "B's concurrent status survives");
 }
+
+#[test]
+fn a_forged_change_is_refused_and_the_rest_of_the_batch_lands() {
+    let base = hub_with(&["t1"]);
+    let mut honest = base.fork(actor(2));
+    write(&mut honest, "a", patch(vec![upsert(task("x", "Honest"))]));
+    // Another replica reuses actor 2: its first change has the same actor and sequence
+    // number as the honest one, with different content.
+    let mut forger = base.fork(actor(2));
+    write(
+        &mut forger,
+        "evil",
+        patch(vec![upsert(task("y", "Forged"))]),
+    );
+    let mut good = base.fork(actor(3));
+    write(&mut good, "b", patch(vec![upsert(task("z", "Good"))]));
+
+    let mut hub = base.fork(actor(0xB1));
+    hub.merge_from(&honest).unwrap();
+    let mut batch = forger.changes_since(&base.heads());
+    batch.extend(good.changes_since(&base.heads()));
+    let m = hub.apply_changes(batch).unwrap();
+    assert_eq!(m.rejected.len(), 1, "{:?}", m.rejected);
+    assert_eq!(m.changes.len(), 1, "the good change landed");
+    assert_eq!(ids(&hub), vec!["t1", "x", "z"]);
+    assert_eq!(hub.pending_changes(), 0);
+}

@@ -307,6 +307,7 @@ impl Authority {
                 })
                 .collect(),
             rebuilt: false,
+            rejected: Vec::new(),
         };
         self.check(list, &merge)
     }
@@ -322,7 +323,7 @@ impl Authority {
         self.check_single_active(list, merge, &mut findings, &mut repair);
         self.check_dependencies(list, merge, &mut findings, &mut repair);
         self.check_ownership(list, merge, &mut findings, &mut repair);
-        let conflicts = self.check_conflicts(list, merge, &version);
+        let conflicts = self.check_conflicts(list, merge, &version, &mut repair);
 
         let mut violations = Vec::new();
         for f in findings {
@@ -362,11 +363,6 @@ impl Authority {
                 version: version.clone(),
                 resolution,
             });
-        }
-        // A repair whose violation was reported before (and so filtered above) must not
-        // be applied again silently: keep only writes backed by a new violation.
-        if violations.is_empty() {
-            repair = Repair::default();
         }
         Outcome {
             violations,
@@ -709,11 +705,17 @@ impl Authority {
         }
     }
 
+    /// Rule 5. Also: when the winning value is one of this authority's own repairs and
+    /// an agent wrote another value concurrently (a write the authority had not seen when
+    /// it repaired), the agent's value is written back. A repair only fixes a violation;
+    /// it must not overrule an agent that moved on, and this makes the end state the same
+    /// whether or not the authority saw the violation in between.
     fn check_conflicts(
         &mut self,
         list: &TodoList,
         merge: &Merge,
         version: &Version,
+        repair: &mut Repair,
     ) -> Vec<Conflict> {
         let mut out = Vec::new();
         let index = list.index();
@@ -760,6 +762,35 @@ impl Authority {
                 let key = format!("conflict:{id}:{field_label}:{}", ops.join(","));
                 if !self.reported.insert(key.clone()) {
                     continue;
+                }
+                if f != TASK_ENTRY && winner.agent.as_deref() == Some(self.agent.as_str()) {
+                    let yield_to = all
+                        .iter()
+                        .zip(&values)
+                        .filter(|(_, w)| w.agent.as_deref() != Some(self.agent.as_str()))
+                        .filter_map(|((_, exid), w)| OpKey::of(exid).map(|k| (k, w)))
+                        .max_by(|a, b| a.0.cmp(&b.0))
+                        .map(|(_, w)| w.clone());
+                    if let (Some(w), Some(name)) = (yield_to, field_name(f)) {
+                        let value = match &w.value {
+                            serde_json::Value::String(s) => Some(FieldValue::Str(Some(s.clone()))),
+                            serde_json::Value::Array(items) => Some(FieldValue::List(
+                                items
+                                    .iter()
+                                    .filter_map(|i| i.as_str().map(str::to_owned))
+                                    .collect(),
+                            )),
+                            _ => None,
+                        };
+                        if let Some(value) = value {
+                            repair.set(id, name, value);
+                            repair.notes.push(format!(
+                                "{id}.{name}: kept {}'s concurrent {} over the authority's repair",
+                                w.agent.as_deref().unwrap_or("an agent"),
+                                w.value
+                            ));
+                        }
+                    }
                 }
                 let agents: BTreeSet<String> =
                     values.iter().filter_map(|v| v.agent.clone()).collect();

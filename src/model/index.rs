@@ -70,6 +70,8 @@ pub struct Merge {
     pub tasks: BTreeMap<String, TaskDelta>,
     /// The list was re-indexed from scratch (its root maps were touched).
     pub rebuilt: bool,
+    /// Changes that were refused and dropped: `(hex hash, why)`.
+    pub rejected: Vec<(String, String)>,
 }
 
 impl Merge {
@@ -308,6 +310,7 @@ impl Index {
                 changes: infos,
                 tasks,
                 rebuilt: true,
+                rejected: Vec::new(),
             };
         }
 
@@ -333,6 +336,7 @@ impl Index {
             changes: infos,
             tasks,
             rebuilt: false,
+            rejected: Vec::new(),
         }
     }
 

@@ -70,9 +70,6 @@ pub enum ModelError {
     /// Automerge refused the bytes or the change.
     #[error("automerge: {0}")]
     Automerge(#[from] AutomergeError),
-    /// Too many changes are waiting for dependencies that never came.
-    #[error("{0} changes wait for missing dependencies; the limit is {PENDING_CHANGES_MAX}")]
-    TooManyPending(usize),
 }
 
 /// Reads a status as a snapshot shows it: a valid value as is; a common misspelling
@@ -402,7 +399,7 @@ impl TodoList {
         TodoList {
             doc: self.doc.fork().with_actor(actor),
             index: self.index.clone(),
-            pending: Vec::new(),
+            pending: self.pending.clone(),
         }
     }
 
@@ -512,11 +509,17 @@ impl TodoList {
     }
 
     /// Applies changes from a peer (in any order, with duplicates) and says what they
-    /// touched. Changes whose dependencies are missing wait, bounded by
-    /// [`PENDING_CHANGES_MAX`].
+    /// touched.
+    ///
+    /// Automerge is only ever handed changes whose dependencies it has, one at a time in
+    /// causal order, so its own queue stays empty and this replica's index sees every
+    /// change that lands. Changes whose dependencies are missing wait here, at most
+    /// [`PENDING_CHANGES_MAX`] of them; a change Automerge refuses (say, a forged
+    /// sequence number) is dropped and listed in [`Merge::rejected`], and the rest of
+    /// the batch still lands.
     pub fn apply_changes(&mut self, changes: Vec<Change>) -> Result<Merge, ModelError> {
         let mut fresh: Vec<Change> = Vec::with_capacity(changes.len());
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = std::collections::HashSet::new();
         for c in self.pending.drain(..).chain(changes) {
             let h = c.hash();
             if self.doc.get_change_meta_by_hash(&h).is_none() && seen.insert(h) {
@@ -526,15 +529,60 @@ impl TodoList {
         if fresh.is_empty() {
             return Ok(Merge::default());
         }
-        self.doc.apply_changes(fresh.iter().cloned())?;
-        let (applied, waiting): (Vec<Change>, Vec<Change>) = fresh
-            .into_iter()
-            .partition(|c| self.doc.get_change_meta_by_hash(&c.hash()).is_some());
+        let (ready, waiting) = causal_order(&self.doc, fresh);
+        let mut applied = Vec::with_capacity(ready.len());
+        let mut rejected = Vec::new();
+        let mut failed: std::collections::HashSet<ChangeHash> = std::collections::HashSet::new();
+        // The common case: the whole ready batch lands in one call. When Automerge
+        // refuses it, whatever did land stays, and the rest is retried one by one so that
+        // only the bad change (and what depends on it) is dropped.
+        let batch_ok = self.doc.apply_changes(ready.iter().cloned()).is_ok();
+        for c in ready {
+            if self.doc.get_change_meta_by_hash(&c.hash()).is_some() {
+                applied.push(c);
+                continue;
+            }
+            if batch_ok {
+                failed.insert(c.hash());
+                rejected.push((c.hash().to_string(), "not applied".to_owned()));
+                continue;
+            }
+            // A change whose parent was refused cannot land either.
+            if c.deps().iter().any(|d| failed.contains(d)) {
+                failed.insert(c.hash());
+                rejected.push((
+                    c.hash().to_string(),
+                    "depends on a refused change".to_owned(),
+                ));
+                continue;
+            }
+            match self.doc.apply_changes(std::iter::once(c.clone())) {
+                Ok(()) if self.doc.get_change_meta_by_hash(&c.hash()).is_some() => applied.push(c),
+                Ok(()) => {
+                    failed.insert(c.hash());
+                    rejected.push((c.hash().to_string(), "not applied".to_owned()));
+                }
+                Err(e) => {
+                    failed.insert(c.hash());
+                    rejected.push((c.hash().to_string(), e.to_string()));
+                }
+            }
+        }
+        let mut waiting = waiting;
         if waiting.len() > PENDING_CHANGES_MAX {
-            return Err(ModelError::TooManyPending(waiting.len()));
+            for c in waiting.drain(PENDING_CHANGES_MAX..) {
+                rejected.push((
+                    c.hash().to_string(),
+                    format!(
+                        "more than {PENDING_CHANGES_MAX} changes wait for missing dependencies"
+                    ),
+                ));
+            }
         }
         self.pending = waiting;
-        Ok(self.index.absorb(&self.doc, &applied))
+        let mut merge = self.index.absorb(&self.doc, &applied);
+        merge.rejected = rejected;
+        Ok(merge)
     }
 
     /// Pulls every change `other` has and this replica lacks.
@@ -764,6 +812,48 @@ fn write_raw(
     }
     tx.put(obj, field::POSITION, raw.position.as_str())?;
     Ok(())
+}
+
+/// Splits `changes` (none of them in `doc`) into those that can be applied now, in an
+/// order where every change follows its dependencies (Kahn's algorithm), and those that
+/// wait for a dependency nobody has sent yet.
+fn causal_order(doc: &Automerge, changes: Vec<Change>) -> (Vec<Change>, Vec<Change>) {
+    use std::collections::HashMap;
+    let index: HashMap<ChangeHash, usize> = changes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.hash(), i))
+        .collect();
+    let mut waiting_on = vec![0usize; changes.len()];
+    let mut blocked = vec![false; changes.len()];
+    let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, c) in changes.iter().enumerate() {
+        for d in c.deps() {
+            if let Some(&j) = index.get(d) {
+                waiting_on[i] += 1;
+                children.entry(j).or_default().push(i);
+            } else if doc.get_change_meta_by_hash(d).is_none() {
+                blocked[i] = true;
+            }
+        }
+    }
+    let mut queue: std::collections::VecDeque<usize> = (0..changes.len())
+        .filter(|&i| waiting_on[i] == 0 && !blocked[i])
+        .collect();
+    let mut order = Vec::with_capacity(changes.len());
+    while let Some(i) = queue.pop_front() {
+        order.push(i);
+        for &k in children.get(&i).map(Vec::as_slice).unwrap_or_default() {
+            waiting_on[k] -= 1;
+            if waiting_on[k] == 0 && !blocked[k] {
+                queue.push_back(k);
+            }
+        }
+    }
+    let mut slots: Vec<Option<Change>> = changes.into_iter().map(Some).collect();
+    let ready: Vec<Change> = order.iter().filter_map(|&i| slots[i].take()).collect();
+    let waiting: Vec<Change> = slots.into_iter().flatten().collect();
+    (ready, waiting)
 }
 
 fn unknown_version(version: &Version, cause: impl std::fmt::Display) -> ApiError {

@@ -540,11 +540,7 @@ pub(crate) fn plan(
                 if let Some(content) = &t.content {
                     let hit = base
                         .iter()
-                        .find(|(id, b)| {
-                            b.content.as_ref() == Some(content)
-                                && !seen.contains(*id)
-                                && index.tasks.contains_key(*id)
-                        })
+                        .find(|(id, b)| b.content.as_ref() == Some(content) && !seen.contains(*id))
                         .map(|(id, _)| id.clone());
                     if let Some(id) = hit {
                         seen.insert(id.clone());
@@ -592,7 +588,22 @@ pub(crate) fn plan(
         }
     }
     validate(&draft)?;
-    Ok(draft.plan)
+    // Report what the write does as a whole: a task removed then upserted again in one
+    // patch is updated, one created then removed never existed.
+    let mut plan = draft.plan;
+    let mut created_seen = BTreeSet::new();
+    plan.created.retain(|id| {
+        matches!(plan.changed.get(id), Some(Some(_)))
+            && !index.tasks.contains_key(id)
+            && created_seen.insert(id.clone())
+    });
+    let mut removed_seen = BTreeSet::new();
+    plan.removed.retain(|id| {
+        matches!(plan.changed.get(id), Some(None))
+            && index.tasks.contains_key(id)
+            && removed_seen.insert(id.clone())
+    });
+    Ok(plan)
 }
 
 /// Clears the fields of `p` that equal the base task's.
