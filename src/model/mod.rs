@@ -103,7 +103,11 @@ pub fn status_alias(raw: &str) -> Option<Status> {
 
 /// Reads a priority as a snapshot shows it: valid as is, anything else `medium`.
 pub fn normalize_priority(raw: Option<&str>) -> Priority {
-    raw.and_then(|r| r.trim().to_ascii_lowercase().parse().ok())
+    let Some(raw) = raw else {
+        return Priority::default();
+    };
+    raw.parse()
+        .or_else(|()| raw.trim().to_ascii_lowercase().parse())
         .unwrap_or_default()
 }
 

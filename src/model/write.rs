@@ -218,6 +218,10 @@ struct Draft<'a> {
     plan: Plan,
     generated: u64,
     seed: u64,
+    /// The greatest `(position, id)` ever planned in this write: an upper bound of the
+    /// planned positions, so appending stays O(log n) per task (a key after it is after
+    /// everything).
+    planned_max: Option<(String, String)>,
 }
 
 impl<'a> Draft<'a> {
@@ -227,6 +231,7 @@ impl<'a> Draft<'a> {
             plan: Plan::default(),
             generated: 0,
             seed,
+            planned_max: None,
         }
     }
 
@@ -258,6 +263,12 @@ impl<'a> Draft<'a> {
     }
 
     fn set(&mut self, id: &str, d: Option<Desired>) {
+        if let Some(d) = &d {
+            let key = (d.position.clone(), id.to_owned());
+            if self.planned_max.as_ref().is_none_or(|m| key > *m) {
+                self.planned_max = Some(key);
+            }
+        }
         self.plan.changed.insert(id.to_owned(), d);
     }
 
@@ -284,22 +295,12 @@ impl<'a> Draft<'a> {
         }
     }
 
-    /// The greatest position in the draft.
+    /// A position at or after the greatest in the draft.
     fn last_position(&self) -> Option<String> {
-        let from_index = self
-            .index
-            .order
-            .iter()
-            .rev()
-            .find(|(_, id)| !self.plan.changed.contains_key(id))
-            .cloned();
-        let from_plan = self
-            .plan
-            .changed
-            .iter()
-            .filter_map(|(id, d)| d.as_ref().map(|d| (d.position.clone(), id.clone())))
-            .max();
-        from_index.max(from_plan).map(|k| k.0)
+        // The index's last key is an upper bound even if the write moves or removes
+        // that task: a key after it is after every remaining one.
+        let from_index = self.index.order.iter().next_back().cloned();
+        from_index.max(self.planned_max.clone()).map(|k| k.0)
     }
 
     fn first_position(&self) -> Option<String> {
