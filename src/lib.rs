@@ -10,7 +10,9 @@
 #![warn(missing_docs)]
 
 pub mod authority;
+pub mod hub;
 pub mod model;
+pub mod store;
 
 /// The wire types (re-exported from `swarmtodo-proto`).
 pub use swarmtodo_proto as proto;

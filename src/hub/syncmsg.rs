@@ -1,0 +1,1 @@
+//! Validation of Automerge sync messages (being written).

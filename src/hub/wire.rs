@@ -1,0 +1,1 @@
+//! automerge-repo wire messages (being written).

@@ -1,0 +1,1 @@
+//! Durable storage of lists and events in SQLite (being written).
