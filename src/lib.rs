@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod authority;
+pub mod client;
 pub mod hub;
 pub mod model;
 pub mod store;

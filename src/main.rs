@@ -21,6 +21,16 @@ enum Command {
     /// Run a lead and two subagents on one list in-process: concurrent writes, a
     /// violation, the authority's repair, and the converged list.
     Demo,
+    /// Run the hub: automerge-repo sync over WebSocket, the authority in every merge,
+    /// SQLite storage.
+    Serve {
+        /// Address to listen on (port 0: any free port; the bound address is printed).
+        #[arg(long, env = "SWARMTODO_LISTEN", default_value = "127.0.0.1:7700")]
+        listen: std::net::SocketAddr,
+        /// SQLite file (created on first run).
+        #[arg(long, env = "SWARMTODO_DATA", default_value = "swarmtodo.db")]
+        data: PathBuf,
+    },
     /// Write the JSON Schemas of the wire types into a folder.
     Schema {
         /// Target folder.
@@ -32,6 +42,7 @@ enum Command {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Demo => demo(),
+        Command::Serve { listen, data } => serve(listen, data),
         Command::Schema { out } => {
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             for (name, schema) in swarmtodo::proto::schemas() {
@@ -43,6 +54,56 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+fn serve(listen: std::net::SocketAddr, data: PathBuf) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SWARMTODO_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let hub = swarmtodo::hub::Hub::open(&data)
+            .await
+            .with_context(|| format!("opening {}", data.display()))?;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("listening on {listen}"))?;
+        let addr = listener.local_addr()?;
+        // Tests and scripts read this line to find the port.
+        println!("swarmtodo listening on ws://{addr}");
+        hub.serve(listener, shutdown_signal()).await?;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
     }
 }
 

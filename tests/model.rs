@@ -635,3 +635,32 @@ fn a_forged_change_is_refused_and_the_rest_of_the_batch_lands() {
     assert_eq!(ids(&hub), vec!["t1", "x", "z"]);
     assert_eq!(hub.pending_changes(), 0);
 }
+
+#[test]
+fn replicas_sync_with_automerge_sync_messages_and_report_what_changed() {
+    let base = hub_with(&["t1"]);
+    let mut a = base.fork(actor(1));
+    let mut b = TodoList::create(actor(2));
+    write(&mut a, "a", patch(vec![upsert(task("t2", "From a"))]));
+    let (mut sa, mut sb) = (automerge::sync::State::new(), automerge::sync::State::new());
+    let mut touched = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        let mut quiet = true;
+        if let Some(m) = a.generate_sync_message(&mut sa) {
+            quiet = false;
+            let m = automerge::sync::Message::decode(&m.encode()).unwrap();
+            let merge = b.receive_sync_message(&mut sb, m).unwrap();
+            touched.extend(merge.tasks.keys().cloned());
+        }
+        if let Some(m) = b.generate_sync_message(&mut sb) {
+            quiet = false;
+            let m = automerge::sync::Message::decode(&m.encode()).unwrap();
+            a.receive_sync_message(&mut sa, m).unwrap();
+        }
+        if quiet {
+            break;
+        }
+    }
+    assert_eq!(b.read(), a.read());
+    assert_eq!(touched.into_iter().collect::<Vec<_>>(), vec!["t1", "t2"]);
+}

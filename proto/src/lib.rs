@@ -500,6 +500,63 @@ pub struct Conflict {
     pub version: Version,
 }
 
+/// One task's change in a `tasks_changed` event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskChange {
+    /// The task.
+    pub task: String,
+    /// The fields written (`task` for the entry itself: created or removed).
+    pub fields: Vec<String>,
+    /// The task before (absent: created).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<Task>,
+    /// The task after (absent: removed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Task>,
+}
+
+/// What happened to a list (DESIGN.md §6). Every client reads this one schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum EventBody {
+    /// Tasks were written (by agents, or by the authority's repair).
+    TasksChanged {
+        /// The agents whose changes these are, sorted.
+        agents: Vec<String>,
+        /// The changes (hex hashes).
+        changes: Vec<String>,
+        /// The tasks, sorted by id.
+        tasks: Vec<TaskChange>,
+    },
+    /// An invariant was broken.
+    Violation(Violation),
+    /// Concurrent writes to one field.
+    Conflict(Conflict),
+    /// The authority repaired the list with a change of its own.
+    Repaired {
+        /// The repair change (hex hash).
+        change: String,
+        /// What it did.
+        notes: Vec<String>,
+    },
+}
+
+/// An event with its place in the list's stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    /// Per list, strictly increasing from 1, no gaps: resume from any `seq`.
+    pub seq: u64,
+    /// The list (its automerge-repo document id).
+    pub list: String,
+    /// When the hub recorded it (ms since the Unix epoch).
+    pub at_ms: i64,
+    /// What happened.
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
 /// Every JSON schema of the wire types, by file name, for `proto/schema/`.
 pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
     vec![
@@ -510,5 +567,6 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("api_error.json", schemars::schema_for!(ApiError)),
         ("violation.json", schemars::schema_for!(Violation)),
         ("conflict.json", schemars::schema_for!(Conflict)),
+        ("event.json", schemars::schema_for!(Event)),
     ]
 }

@@ -3,6 +3,80 @@
 //!
 //! - [`wire`]: the automerge-repo wire messages and their CBOR codec.
 //! - [`syncmsg`]: validation of Automerge sync messages before Automerge sees them.
+//! - [`core`]: the sans-I/O hub: messages in, effects (commit, send, close) out.
+//! - [`server`]: the tokio runtime around the core: listener, connections, hub task.
+//! - `persist`: the core's commits into the SQLite [`Store`].
 
+pub mod core;
+mod persist;
+pub mod server;
 pub mod syncmsg;
 pub mod wire;
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::path::Path;
+
+use automerge::ActorId;
+
+use self::core::{HubConfig, HubCore};
+use self::server::ServeError;
+use self::wire::{DocumentId, PeerId};
+use crate::authority::{Policy, Roles};
+use crate::store::{Store, StoreError};
+
+/// The agent id the hub's repairs are recorded under.
+pub const HUB_AGENT: &str = "swarmtodo-hub";
+
+/// A hub ready to serve: its store opened and its lists loaded.
+#[derive(Debug)]
+pub struct Hub {
+    core: HubCore,
+    store: Store,
+    known: BTreeSet<DocumentId>,
+}
+
+impl Hub {
+    /// Opens (or creates) the SQLite file at `path` and loads every list in it.
+    pub async fn open(path: &Path) -> Result<Hub, StoreError> {
+        let store = Store::open(path.to_path_buf()).await?;
+        Hub::with_store(store, HubConfig::new(ActorId::random())).await
+    }
+
+    /// A hub on an opened store with the given core configuration.
+    pub async fn with_store(store: Store, config: HubConfig) -> Result<Hub, StoreError> {
+        let mut core = HubCore::new(config);
+        let known = persist::load_all(&store, &mut core).await?;
+        Ok(Hub { core, store, known })
+    }
+
+    /// Serves on `listener` until `shutdown` resolves (see [`server::run`]).
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ServeError> {
+        server::run(listener, self.core, self.store, self.known, shutdown).await
+    }
+}
+
+impl HubConfig {
+    /// The default configuration for a hub writing repairs as `actor`.
+    pub fn new(actor: ActorId) -> HubConfig {
+        let peer_id = PeerId::new(format!("swarmtodo-hub-{}", actor.to_hex_string()))
+            .unwrap_or_else(|_| unreachable_peer_id());
+        HubConfig {
+            peer_id,
+            actor,
+            agent: HUB_AGENT.to_owned(),
+            policy: Policy::default(),
+            roles: Roles::default(),
+            sync_limits: syncmsg::Limits::default(),
+        }
+    }
+}
+
+#[allow(clippy::expect_used)] // "swarmtodo-hub" is a valid peer id: non-empty, short, no control characters.
+fn unreachable_peer_id() -> PeerId {
+    PeerId::new("swarmtodo-hub").expect("a constant, valid peer id")
+}

@@ -70,6 +70,14 @@ pub enum ModelError {
     /// Automerge refused the bytes or the change.
     #[error("automerge: {0}")]
     Automerge(#[from] AutomergeError),
+    /// A chunk of a sync message is neither a change nor a bundle of changes.
+    #[error("sync message chunk {index} is not a change or bundle: {reason}")]
+    BadChunk {
+        /// Position of the chunk in the message.
+        index: usize,
+        /// What the decoder said.
+        reason: String,
+    },
 }
 
 /// Reads a status as a snapshot shows it: a valid value as is; a common misspelling
@@ -589,6 +597,49 @@ impl TodoList {
         Ok(merge)
     }
 
+    /// Receives an Automerge sync message from a peer: its changes go through
+    /// [`TodoList::apply_changes`] (causal order, index kept in step), then the peer's
+    /// sync state is updated from the rest of the message. The message must have been
+    /// validated (the hub's `syncmsg` module) before it gets here.
+    pub fn receive_sync_message(
+        &mut self,
+        state: &mut automerge::sync::State,
+        mut message: automerge::sync::Message,
+    ) -> Result<Merge, ModelError> {
+        let mut changes = Vec::new();
+        for (index, chunk) in message.changes.iter().enumerate() {
+            changes.extend(
+                chunk_changes(chunk).map_err(|reason| ModelError::BadChunk { index, reason })?,
+            );
+        }
+        let had_changes = !changes.is_empty();
+        let merge = self.apply_changes(changes)?;
+        // Automerge takes a message without changes whose heads equal ours as "the
+        // peer already knows our heads" and records them as sent; with the changes
+        // applied above that would be wrong (the peer never heard our heads), and we
+        // would never acknowledge. Keep what was really sent.
+        let last_sent = state.last_sent_heads.clone();
+        message.changes = automerge::sync::ChunkList::from(Vec::<Vec<u8>>::new());
+        automerge::sync::SyncDoc::receive_sync_message(&mut self.doc, state, message)?;
+        if had_changes {
+            state.last_sent_heads = last_sent;
+        }
+        Ok(merge)
+    }
+
+    /// The next sync message for a peer, if there is anything to say.
+    pub fn generate_sync_message(
+        &self,
+        state: &mut automerge::sync::State,
+    ) -> Option<automerge::sync::Message> {
+        automerge::sync::SyncDoc::generate_sync_message(&self.doc, state)
+    }
+
+    /// The stored bytes of a change this replica holds.
+    pub fn change_bytes(&self, hash: &ChangeHash) -> Option<Vec<u8>> {
+        automerge::ReadDoc::get_change_by_hash(&self.doc, hash).map(|c| c.raw_bytes().to_vec())
+    }
+
     /// Pulls every change `other` has and this replica lacks.
     pub fn merge_from(&mut self, other: &TodoList) -> Result<Merge, ModelError> {
         let changes = self.doc.get_changes_added(&other.doc);
@@ -816,6 +867,73 @@ fn write_raw(
     }
     tx.put(obj, field::POSITION, raw.position.as_str())?;
     Ok(())
+}
+
+/// Magic bytes that open every Automerge storage chunk.
+const CHUNK_MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
+/// Storage chunk type of a whole (or partial) document.
+const CHUNK_TYPE_DOCUMENT: u8 = 0;
+
+/// The changes in one entry of a sync message's change list. Depending on the sender's
+/// version that is one change, several changes one after the other, a bundle, or a
+/// whole saved document (V2 messages); each storage chunk is decoded by its type.
+/// The message was validated before (sizes and inflation bounded).
+fn chunk_changes(bytes: &[u8]) -> Result<Vec<Change>, String> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let len = storage_chunk_len(rest)?;
+        let (chunk, tail) = rest.split_at(len);
+        rest = tail;
+        if chunk.get(8) == Some(&CHUNK_TYPE_DOCUMENT) {
+            let doc = Automerge::load(chunk).map_err(|e| format!("document chunk: {e}"))?;
+            out.extend(doc.get_changes(&[]));
+            continue;
+        }
+        match Change::from_bytes(chunk.to_vec()) {
+            Ok(c) => out.push(c),
+            Err(change_err) => {
+                let bundle = automerge::Bundle::try_from(chunk)
+                    .map_err(|e| format!("{change_err}; as a bundle: {e}"))?;
+                out.extend(bundle.to_changes().map_err(|e| e.to_string())?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Length of the storage chunk at the start of `bytes`: magic (4), checksum (4), type
+/// (1), LEB128 length, then that many bytes.
+fn storage_chunk_len(bytes: &[u8]) -> Result<usize, String> {
+    if bytes.len() < 9 || bytes[..4] != CHUNK_MAGIC {
+        return Err("not an Automerge storage chunk".to_owned());
+    }
+    let mut len: u64 = 0;
+    let mut shift = 0u32;
+    let mut i = 9;
+    loop {
+        let b = *bytes.get(i).ok_or("truncated chunk length")?;
+        i += 1;
+        len |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+        if shift > 63 {
+            return Err("chunk length overflows".to_owned());
+        }
+    }
+    let total = usize::try_from(len)
+        .ok()
+        .and_then(|l| l.checked_add(i))
+        .ok_or("chunk length overflows")?;
+    if total > bytes.len() {
+        return Err(format!(
+            "chunk claims {total} bytes, {} present",
+            bytes.len()
+        ));
+    }
+    Ok(total)
 }
 
 /// Splits `changes` (none of them in `doc`) into those that can be applied now, in an

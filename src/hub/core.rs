@@ -1,0 +1,553 @@
+//! The hub's sans-I/O core: automerge-repo messages in, effects out.
+//!
+//! [`HubCore::handle`] takes one input (a connection opened, a frame received, a
+//! connection closed) and the current time, and returns [`Effects`]: what to make
+//! durable, then what to send and whom to close. The runtime (`server`) performs them in
+//! that order — commits first, then sends — so no peer receives a change before it is
+//! durable, and no peer sees a state the authority's repair would change: the repair is
+//! made inside the same `handle` call, before any sync message is generated.
+//!
+//! Every peer byte is validated before Automerge sees it (`wire::decode`,
+//! `syncmsg::validate`), and a bad frame affects only its connection.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use automerge::{sync, ActorId, Automerge, ChangeHash};
+
+use super::syncmsg;
+use super::wire::{self, DocumentId, PeerId, PeerMetadata, WireMessage};
+use crate::authority::{Authority, Policy, Roles};
+use crate::model::{normalize, Merge, TodoList};
+use crate::proto::{EventBody, TaskChange};
+
+/// The automerge-repo protocol version the hub speaks.
+pub const PROTOCOL_VERSION: &str = "1";
+/// Most documents one connection may sync at once.
+pub const DOCS_PER_CONN_MAX: usize = 1_024;
+/// Most lists one hub holds.
+pub const DOCS_MAX: usize = 100_000;
+
+/// A connection, as the runtime numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub u64);
+
+/// Why a connection is closed (a WebSocket close code and a stable reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Close {
+    /// WebSocket close code: 1002 protocol error, 1008 policy, 1009 too big, 1011 internal.
+    pub code: u16,
+    /// Stable reason code (e.g. `malformed`, `sync_invalid`, `handshake`).
+    pub reason: String,
+}
+
+/// One input to the core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// A WebSocket connection was accepted.
+    Connected(ConnId),
+    /// A binary frame arrived.
+    Frame(ConnId, Vec<u8>),
+    /// The connection is gone.
+    Disconnected(ConnId),
+}
+
+/// What one merge makes durable: the new changes (including the repair), the events,
+/// and the authority's new idempotency keys — one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    /// The list.
+    pub doc: DocumentId,
+    /// `(hash, bytes)` of every change new to the hub.
+    pub changes: Vec<(ChangeHash, Vec<u8>)>,
+    /// Events, in order (the store assigns their `seq`).
+    pub events: Vec<EventBody>,
+    /// Keys the authority reported with these events.
+    pub reported: Vec<String>,
+}
+
+/// What the runtime must do, in this order: commit, then send, then close.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// Durable writes.
+    pub commits: Vec<Commit>,
+    /// Frames to send.
+    pub sends: Vec<(ConnId, Vec<u8>)>,
+    /// Connections to close (after their pending sends).
+    pub closes: Vec<(ConnId, Close)>,
+}
+
+/// Configuration of the core.
+#[derive(Debug, Clone)]
+pub struct HubConfig {
+    /// The hub's automerge-repo peer id.
+    pub peer_id: PeerId,
+    /// The actor of the hub's own changes (repairs).
+    pub actor: ActorId,
+    /// The agent id repairs are recorded under.
+    pub agent: String,
+    /// The lists' policy.
+    pub policy: Policy,
+    /// Agents' roles.
+    pub roles: Roles,
+    /// Bounds on incoming sync messages.
+    pub sync_limits: syncmsg::Limits,
+}
+
+#[derive(Debug)]
+enum ConnState {
+    /// Waiting for `join`.
+    Handshake,
+    /// Joined as this peer.
+    Ready(PeerId),
+}
+
+#[derive(Debug)]
+struct Conn {
+    state: ConnState,
+    /// Documents this connection syncs.
+    docs: BTreeSet<DocumentId>,
+}
+
+/// One list held by the hub.
+#[derive(Debug)]
+pub struct DocState {
+    list: TodoList,
+    authority: Authority,
+    /// Sync state per connection that syncs this list.
+    peers: BTreeMap<ConnId, sync::State>,
+}
+
+impl DocState {
+    /// The list.
+    pub fn list(&self) -> &TodoList {
+        &self.list
+    }
+}
+
+/// The hub's state: connections and lists.
+#[derive(Debug)]
+pub struct HubCore {
+    config: HubConfig,
+    conns: BTreeMap<ConnId, Conn>,
+    docs: BTreeMap<DocumentId, DocState>,
+}
+
+impl HubCore {
+    /// An empty hub.
+    pub fn new(config: HubConfig) -> Self {
+        HubCore {
+            config,
+            conns: BTreeMap::new(),
+            docs: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a list loaded from the store, with the authority's reported keys.
+    pub fn load_doc(&mut self, id: DocumentId, doc: Automerge, reported: Vec<String>) {
+        let list = TodoList::from_doc(doc.with_actor(self.config.actor.clone()));
+        let authority = self.authority().with_reported(reported);
+        self.docs.insert(
+            id,
+            DocState {
+                list,
+                authority,
+                peers: BTreeMap::new(),
+            },
+        );
+    }
+
+    /// The lists held.
+    pub fn docs(&self) -> impl Iterator<Item = (&DocumentId, &DocState)> + '_ {
+        self.docs.iter()
+    }
+
+    /// One list.
+    pub fn doc(&self, id: &DocumentId) -> Option<&DocState> {
+        self.docs.get(id)
+    }
+
+    /// Connections open.
+    pub fn conn_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn authority(&self) -> Authority {
+        Authority::new(
+            self.config.agent.clone(),
+            self.config.policy.clone(),
+            self.config.roles.clone(),
+        )
+    }
+
+    /// Handles one input at `now_ms`.
+    pub fn handle(&mut self, now_ms: i64, input: Input) -> Effects {
+        let mut fx = Effects::default();
+        match input {
+            Input::Connected(c) => {
+                self.conns.insert(
+                    c,
+                    Conn {
+                        state: ConnState::Handshake,
+                        docs: BTreeSet::new(),
+                    },
+                );
+            }
+            Input::Disconnected(c) => self.drop_conn(c),
+            Input::Frame(c, bytes) => self.frame(now_ms, c, &bytes, &mut fx),
+        }
+        fx
+    }
+
+    fn drop_conn(&mut self, c: ConnId) {
+        if let Some(conn) = self.conns.remove(&c) {
+            for d in conn.docs {
+                if let Some(doc) = self.docs.get_mut(&d) {
+                    doc.peers.remove(&c);
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, c: ConnId, code: u16, reason: &str, message: String, fx: &mut Effects) {
+        tracing::info!(conn = c.0, reason, %message, "closing connection");
+        fx.sends.push((
+            c,
+            wire::encode(&WireMessage::Error {
+                sender_id: Some(self.config.peer_id.clone()),
+                target_id: None,
+                message,
+            }),
+        ));
+        fx.closes.push((
+            c,
+            Close {
+                code,
+                reason: reason.to_owned(),
+            },
+        ));
+        self.drop_conn(c);
+    }
+
+    fn frame(&mut self, now_ms: i64, c: ConnId, bytes: &[u8], fx: &mut Effects) {
+        let Some(conn) = self.conns.get(&c) else {
+            return;
+        };
+        let msg = match wire::decode(bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                let code = if e.code() == "message_too_large" {
+                    1009
+                } else {
+                    1002
+                };
+                return self.fail(c, code, e.code(), format!("bad message: {e}"), fx);
+            }
+        };
+        let remote = match (&conn.state, msg) {
+            (
+                ConnState::Handshake,
+                WireMessage::Join {
+                    sender_id,
+                    supported_protocol_versions,
+                    ..
+                },
+            ) => {
+                // Absent: an old client, which speaks "1".
+                let speaks = supported_protocol_versions
+                    .as_ref()
+                    .is_none_or(|vs| vs.iter().any(|v| v == PROTOCOL_VERSION));
+                if !speaks {
+                    return self.fail(
+                        c,
+                        1002,
+                        "protocol_version",
+                        format!(
+                            "no supported protocol version in {supported_protocol_versions:?}; this hub speaks {PROTOCOL_VERSION:?}"
+                        ),
+                        fx,
+                    );
+                }
+                let reply = WireMessage::Peer {
+                    sender_id: self.config.peer_id.clone(),
+                    selected_protocol_version: PROTOCOL_VERSION.to_owned(),
+                    target_id: sender_id.clone(),
+                    peer_metadata: Some(PeerMetadata {
+                        storage_id: None,
+                        is_ephemeral: false,
+                    }),
+                };
+                fx.sends.push((c, wire::encode(&reply)));
+                if let Some(conn) = self.conns.get_mut(&c) {
+                    conn.state = ConnState::Ready(sender_id);
+                }
+                return;
+            }
+            (ConnState::Handshake, _) => {
+                return self.fail(c, 1002, "handshake", "send join first".to_owned(), fx)
+            }
+            (ConnState::Ready(remote), msg) => (remote.clone(), msg),
+        };
+        let (remote, msg) = remote;
+        match msg {
+            WireMessage::Request {
+                document_id, data, ..
+            } => self.sync(now_ms, c, &remote, document_id, &data, true, fx),
+            WireMessage::Sync {
+                document_id, data, ..
+            } => self.sync(now_ms, c, &remote, document_id, &data, false, fx),
+            WireMessage::Leave { .. } => fx.closes.push((
+                c,
+                Close {
+                    code: 1000,
+                    reason: "leave".to_owned(),
+                },
+            )),
+            WireMessage::Ephemeral {
+                document_id,
+                count,
+                session_id,
+                data,
+                ..
+            } => {
+                // Relayed as is to the others syncing the list; never stored.
+                if let Some(doc) = self.docs.get(&document_id) {
+                    for (&other, _) in doc.peers.iter().filter(|(o, _)| **o != c) {
+                        if let Some(Conn {
+                            state: ConnState::Ready(target),
+                            ..
+                        }) = self.conns.get(&other)
+                        {
+                            let m = WireMessage::Ephemeral {
+                                sender_id: remote.clone(),
+                                target_id: target.clone(),
+                                count,
+                                session_id: session_id.clone(),
+                                document_id,
+                                data: data.clone(),
+                            };
+                            fx.sends.push((other, wire::encode(&m)));
+                        }
+                    }
+                }
+            }
+            WireMessage::Join { .. } | WireMessage::Peer { .. } => {
+                self.fail(c, 1002, "handshake", "the handshake is over".to_owned(), fx)
+            }
+            WireMessage::Error { message, .. } => {
+                tracing::warn!(conn = c.0, %message, "peer reported an error");
+            }
+            WireMessage::DocUnavailable { .. }
+            | WireMessage::RemoteSubscriptionChange { .. }
+            | WireMessage::RemoteHeadsChanged { .. } => {}
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)] // One message's fields; a struct would only rename them.
+    fn sync(
+        &mut self,
+        now_ms: i64,
+        c: ConnId,
+        remote: &PeerId,
+        doc_id: DocumentId,
+        data: &[u8],
+        is_request: bool,
+        fx: &mut Effects,
+    ) {
+        let message = match syncmsg::validate(data, &self.config.sync_limits) {
+            Ok(checked) => checked.into_message(),
+            Err(e) => {
+                return self.fail(c, 1008, e.code(), format!("bad sync message: {e}"), fx);
+            }
+        };
+        if !self.docs.contains_key(&doc_id) {
+            if message.heads.is_empty() && message.changes.is_empty() {
+                // Nothing here and nothing offered: automerge-repo's "not found". A peer
+                // that has the document (heads) gets an empty one to sync into: the
+                // hub's answer asks for the changes.
+                if is_request {
+                    fx.sends.push((
+                        c,
+                        wire::encode(&WireMessage::DocUnavailable {
+                            sender_id: self.config.peer_id.clone(),
+                            target_id: remote.clone(),
+                            document_id: doc_id,
+                        }),
+                    ));
+                }
+                return;
+            }
+            if self.docs.len() >= DOCS_MAX {
+                return self.fail(
+                    c,
+                    1008,
+                    "docs_limit",
+                    format!("the hub holds {DOCS_MAX} lists already"),
+                    fx,
+                );
+            }
+            let list = TodoList::from_doc(Automerge::new().with_actor(self.config.actor.clone()));
+            let authority = self.authority();
+            self.docs.insert(
+                doc_id,
+                DocState {
+                    list,
+                    authority,
+                    peers: BTreeMap::new(),
+                },
+            );
+        }
+        if let Some(conn) = self.conns.get_mut(&c) {
+            if !conn.docs.contains(&doc_id) && conn.docs.len() >= DOCS_PER_CONN_MAX {
+                return self.fail(
+                    c,
+                    1008,
+                    "docs_per_conn_limit",
+                    format!("one connection may sync {DOCS_PER_CONN_MAX} lists at most"),
+                    fx,
+                );
+            }
+            conn.docs.insert(doc_id);
+        }
+        let Some(doc) = self.docs.get_mut(&doc_id) else {
+            return;
+        };
+        let before = doc.list.heads();
+        let state = doc.peers.entry(c).or_default();
+        let merge = match doc.list.receive_sync_message(state, message) {
+            Ok(m) => m,
+            Err(e) => {
+                return self.fail(c, 1008, "sync_refused", format!("sync refused: {e}"), fx);
+            }
+        };
+        if !merge.rejected.is_empty() {
+            tracing::warn!(conn = c.0, doc = %doc_id, rejected = ?merge.rejected, "changes refused");
+        }
+        if !merge.is_empty() {
+            let commit = Self::check_and_repair(doc, doc_id, merge, now_ms);
+            tracing::debug!(doc = %doc_id, changes = commit.changes.len(), events = commit.events.len(), "merged");
+            fx.commits.push(commit);
+        }
+        let moved = doc.list.heads() != before;
+        // Answer the sender, and tell every other peer of this list what is new.
+        let targets: Vec<ConnId> = if moved {
+            doc.peers.keys().copied().collect()
+        } else {
+            vec![c]
+        };
+        for t in targets {
+            let Some(Conn {
+                state: ConnState::Ready(target_id),
+                ..
+            }) = self.conns.get(&t)
+            else {
+                continue;
+            };
+            let Some(state) = doc.peers.get_mut(&t) else {
+                continue;
+            };
+            if let Some(m) = doc.list.generate_sync_message(state) {
+                let out = WireMessage::Sync {
+                    document_id: doc_id,
+                    sender_id: self.config.peer_id.clone(),
+                    target_id: target_id.clone(),
+                    data: m.encode(),
+                };
+                fx.sends.push((t, wire::encode(&out)));
+            }
+        }
+    }
+
+    /// Runs the authority on a merge, applies its repair, and gathers what to persist.
+    fn check_and_repair(
+        doc: &mut DocState,
+        doc_id: DocumentId,
+        merge: Merge,
+        now_ms: i64,
+    ) -> Commit {
+        let mut commit = Commit {
+            doc: doc_id,
+            changes: Vec::new(),
+            events: Vec::new(),
+            reported: Vec::new(),
+        };
+        let mut merges = vec![merge.clone()];
+        let report = match doc.authority.process(&mut doc.list, merge, now_ms) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(doc = %doc_id, error = %e, "repair failed; the merge stands as is");
+                Default::default()
+            }
+        };
+        merges.extend(report.repairs.iter().cloned());
+        for m in &merges {
+            for c in &m.changes {
+                let Ok(hash) = c.hash.parse::<ChangeHash>() else {
+                    continue;
+                };
+                if let Some(bytes) = doc.list.change_bytes(&hash) {
+                    commit.changes.push((hash, bytes));
+                }
+            }
+            if let Some(ev) = tasks_changed(&doc.list, m) {
+                commit.events.push(ev);
+            }
+        }
+        for v in &report.violations {
+            commit.reported.push(v.key.clone());
+        }
+        for cf in &report.conflicts {
+            commit.reported.push(cf.key.clone());
+        }
+        commit
+            .events
+            .extend(report.conflicts.into_iter().map(EventBody::Conflict));
+        commit
+            .events
+            .extend(report.violations.into_iter().map(EventBody::Violation));
+        for r in &report.repairs {
+            if let Some(c) = r.changes.first() {
+                commit.events.push(EventBody::Repaired {
+                    change: c.hash.clone(),
+                    notes: c.message.iter().cloned().collect(),
+                });
+            }
+        }
+        commit
+    }
+}
+
+/// The `tasks_changed` event of one merge.
+fn tasks_changed(list: &TodoList, m: &Merge) -> Option<EventBody> {
+    if m.tasks.is_empty() {
+        return None;
+    }
+    let agents: BTreeSet<String> = m
+        .changes
+        .iter()
+        .filter_map(|c| list.agent_of(&c.actor))
+        .collect();
+    Some(EventBody::TasksChanged {
+        agents: agents.into_iter().collect(),
+        changes: m.changes.iter().map(|c| c.hash.clone()).collect(),
+        tasks: m
+            .tasks
+            .iter()
+            .map(|(id, d)| TaskChange {
+                task: id.clone(),
+                fields: d
+                    .fields
+                    .iter()
+                    .map(|f| {
+                        if f.is_empty() {
+                            "task".to_owned()
+                        } else {
+                            f.clone()
+                        }
+                    })
+                    .collect(),
+                before: d.before.as_ref().map(|r| normalize(id, r)),
+                after: d.after.as_ref().map(|r| normalize(id, r)),
+            })
+            .collect(),
+    })
+}

@@ -1,0 +1,89 @@
+//! Between the core's [`Commit`](super::core::Commit)s and the store.
+
+use std::collections::BTreeSet;
+
+use automerge::Automerge;
+
+use super::core::{Commit, HubCore};
+use super::wire::DocumentId;
+use crate::store::{Batch, ChangeRecord, DocId, NewEvent, Store, StoreError};
+
+/// The store's id of a document.
+pub(crate) fn doc_id(d: &DocumentId) -> DocId {
+    DocId(*d.as_bytes())
+}
+
+/// The JSON stored for an event: its time and body (the store adds the `seq`).
+#[derive(Debug, serde::Serialize)]
+struct StoredBody<'a> {
+    at_ms: i64,
+    #[serde(flatten)]
+    body: &'a crate::proto::EventBody,
+}
+
+fn kind(body: &crate::proto::EventBody) -> &'static str {
+    use crate::proto::EventBody::*;
+    match body {
+        TasksChanged { .. } => "tasks_changed",
+        Violation(_) => "violation",
+        Conflict(_) => "conflict",
+        Repaired { .. } => "repaired",
+    }
+}
+
+/// Makes one commit durable. A list the store does not know yet (created by a peer's
+/// first sync) is registered under its document id as its name.
+pub(crate) async fn commit(
+    store: &Store,
+    known: &mut BTreeSet<DocumentId>,
+    commit: Commit,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let doc = doc_id(&commit.doc);
+    if !known.contains(&commit.doc) {
+        store
+            .create_or_get_list(commit.doc.to_string(), doc)
+            .await?;
+        known.insert(commit.doc);
+    }
+    let mut batch = Batch::default();
+    for (_, bytes) in commit.changes {
+        batch.changes.push(ChangeRecord::from_bytes(bytes)?);
+    }
+    for body in &commit.events {
+        batch.events.push(NewEvent::new(
+            kind(body),
+            &StoredBody {
+                at_ms: now_ms,
+                body,
+            },
+        )?);
+    }
+    batch.reported = commit.reported;
+    store.commit_merge(doc, batch).await?;
+    Ok(())
+}
+
+/// Loads every stored list into the core. Returns the ids loaded.
+pub(crate) async fn load_all(
+    store: &Store,
+    core: &mut HubCore,
+) -> Result<BTreeSet<DocumentId>, StoreError> {
+    let mut known = BTreeSet::new();
+    for doc in store.list_docs().await? {
+        let id = DocumentId::from_bytes(doc.0);
+        known.insert(id);
+        let Some(loaded) = store.load(doc).await? else {
+            continue;
+        };
+        // Rebuilding costs the document's size: off the runtime.
+        let rebuilt: Result<Automerge, StoreError> =
+            tokio::task::spawn_blocking(move || loaded.rebuild())
+                .await
+                .map_err(|_| StoreError::Closed)?;
+        let reported = store.reported(doc).await?;
+        core.load_doc(id, rebuilt?, reported);
+        tracing::info!(doc = %id, "list loaded");
+    }
+    Ok(known)
+}

@@ -1,0 +1,244 @@
+//! End to end: a real `swarmtodo serve` process on a loopback port, real clients
+//! (swarmtodo's Rust client and the JS `@automerge/automerge-repo` client), a real SQLite
+//! file, `kill -9`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+use swarmtodo::client::{list_document_id, Connection};
+use swarmtodo::model::TodoList;
+use swarmtodo::proto::{Status, TaskPatch};
+
+/// A hub process; killed (SIGKILL) when dropped.
+struct HubProc {
+    child: Child,
+    url: String,
+}
+
+impl HubProc {
+    fn start(db: &Path) -> HubProc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(db)
+            .env(
+                "SWARMTODO_LOG",
+                std::env::var("SWARMTODO_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the hub");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("swarmtodo listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_owned();
+        HubProc { child, url }
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for HubProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("swarmtodo-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn in_progress_for(list: &TodoList, owner: &str) -> usize {
+    list.read()
+        .tasks
+        .iter()
+        .filter(|t| t.status == Status::InProgress && t.owner.as_deref() == Some(owner))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_clients_sync_through_the_hub_and_the_repair_reaches_everyone() {
+    let dir = scratch("repair");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let doc = list_document_id("swarm-42");
+
+    // The lead creates the list and plans.
+    let mut lead = TodoList::create(actor(1));
+    write(
+        &mut lead,
+        "lead",
+        patch(vec![
+            upsert(task("t1", "Read the issue")),
+            upsert(task("t2", "Write the parser")),
+            upsert(task("t3", "Write the tests")),
+        ]),
+    );
+    let mut c_lead = Connection::connect(&hub.url, "lead").await.unwrap();
+    c_lead.sync(doc, &mut lead).await.unwrap();
+    assert!(c_lead.in_sync(doc, &lead), "the hub acknowledged the plan");
+
+    // Two subagents pull the list and start different tasks for the same owner.
+    let mut a = TodoList::create(actor(2));
+    let mut b = TodoList::create(actor(3));
+    let mut c_a = Connection::connect(&hub.url, "sub-a").await.unwrap();
+    let mut c_b = Connection::connect(&hub.url, "sub-b").await.unwrap();
+    c_a.sync(doc, &mut a).await.unwrap();
+    c_b.sync(doc, &mut b).await.unwrap();
+    assert_eq!(a.read().tasks.len(), 3);
+    let start = |id: &str| {
+        patch(vec![upsert(TaskPatch {
+            owner: Some(Some("bob".into())),
+            ..status(id, Status::InProgress)
+        })])
+    };
+    write(&mut a, "sub-a", start("t2"));
+    write(&mut b, "sub-b", start("t3"));
+    let (ra, rb) = tokio::join!(c_a.sync(doc, &mut a), c_b.sync(doc, &mut b));
+    ra.unwrap();
+    rb.unwrap();
+    // Settle everyone on the hub's final state.
+    c_a.sync(doc, &mut a).await.unwrap();
+    c_b.sync(doc, &mut b).await.unwrap();
+    c_lead.sync(doc, &mut lead).await.unwrap();
+
+    // An observer joining now sees one task in progress, never two.
+    let mut obs = TodoList::create(actor(4));
+    let mut c_obs = Connection::connect(&hub.url, "observer").await.unwrap();
+    c_obs.sync(doc, &mut obs).await.unwrap();
+    for (who, list) in [("lead", &lead), ("a", &a), ("b", &b), ("observer", &obs)] {
+        assert_eq!(in_progress_for(list, "bob"), 1, "{who}: {:?}", list.read());
+        assert_eq!(list.version(), obs.version(), "{who} converged");
+    }
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_writes_survive_kill_9() {
+    let dir = scratch("kill9");
+    let db = dir.join("hub.db");
+    let doc = list_document_id("durable");
+    let hub = HubProc::start(&db);
+    let mut w = TodoList::create(actor(1));
+    let mut conn = Connection::connect(&hub.url, "writer").await.unwrap();
+    for i in 0..20 {
+        write(
+            &mut w,
+            "writer",
+            patch(vec![upsert(task(&format!("t{i}"), &format!("Task {i}")))]),
+        );
+        conn.sync(doc, &mut w).await.unwrap();
+        assert!(
+            conn.in_sync(doc, &w),
+            "write {i} acknowledged: {:?}",
+            conn.debug_state(doc, &w)
+        );
+    }
+    let acked = w.read();
+    hub.kill9();
+
+    let hub = HubProc::start(&db);
+    let mut r = TodoList::create(actor(2));
+    let mut conn = Connection::connect(&hub.url, "reader").await.unwrap();
+    conn.sync(doc, &mut r).await.unwrap();
+    assert_eq!(
+        r.read(),
+        acked,
+        "everything acknowledged is back after kill -9"
+    );
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_automerge_repo_client_shares_the_list_and_its_violation_is_repaired() {
+    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+    assert!(
+        js.join("node_modules/@automerge/automerge-repo").exists(),
+        "the JS peer is not installed: run `npm ci --prefix tests/js` (.ci/run does)"
+    );
+    let dir = scratch("js");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let doc = list_document_id("js-list");
+    let mut lead = TodoList::create(actor(1));
+    write(
+        &mut lead,
+        "lead",
+        patch(vec![
+            upsert(task("t1", "Read the issue")),
+            upsert(task("t2", "Write the parser")),
+            upsert(task("t3", "Write the tests")),
+        ]),
+    );
+    let mut conn = Connection::connect(&hub.url, "lead").await.unwrap();
+    conn.sync(doc, &mut lead).await.unwrap();
+
+    let url = hub.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(js.join("repo_client.mjs"))
+            .arg(&url)
+            .arg(doc.to_string())
+            .output()
+            .expect("node must be installed")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "JS client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let before: Vec<&str> = report["before"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        before,
+        vec!["Read the issue", "Write the parser", "Write the tests"],
+        "JS reads what Rust wrote, in order"
+    );
+    // The Rust lead sees the JS write, repaired: one task in progress for bob.
+    conn.sync(doc, &mut lead).await.unwrap();
+    assert_eq!(in_progress_for(&lead, "bob"), 1, "{:?}", lead.read());
+    let owners: Vec<Option<String>> = lead.read().tasks.iter().map(|t| t.owner.clone()).collect();
+    assert_eq!(owners[1].as_deref(), Some("bob"), "JS's write arrived");
+    assert_eq!(
+        lead.agent_of(&js_actor_of(&lead, "t2")).as_deref(),
+        Some("js-agent")
+    );
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The actor that wrote `id`'s owner field.
+fn js_actor_of(list: &TodoList, id: &str) -> automerge::ActorId {
+    use automerge::ReadDoc;
+    let doc = list.doc();
+    let tasks = doc.get(automerge::ROOT, "tasks").unwrap().unwrap().1;
+    let t = doc.get(&tasks, id).unwrap().unwrap().1;
+    match doc.get(&t, "owner").unwrap().unwrap().1 {
+        automerge::ObjId::Id(_, actor, _) => actor,
+        automerge::ObjId::Root => panic!("owner has no op id"),
+    }
+}
