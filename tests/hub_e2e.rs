@@ -150,8 +150,26 @@ async fn acknowledged_writes_survive_kill_9() {
             conn.debug_state(doc, &w)
         );
     }
+    // A burst past the compaction threshold: the hub stores a snapshot in its place.
+    for i in 0..swarmtodo::hub::core::COMPACT_AFTER_CHANGES + 10 {
+        let s = if i % 2 == 0 {
+            Status::Blocked
+        } else {
+            Status::Pending
+        };
+        write(&mut w, "writer", patch(vec![upsert(status("t0", s))]));
+    }
+    conn.sync(doc, &mut w).await.unwrap();
+    assert!(conn.in_sync(doc, &w), "the burst acknowledged");
     let acked = w.read();
     hub.kill9();
+    let info = swarmtodo::store::Db::open(&db)
+        .unwrap()
+        .list_by_doc(swarmtodo::store::DocId(*doc.as_bytes()))
+        .unwrap()
+        .unwrap();
+    assert!(info.snapshot_bytes > 0, "compacted: {info:?}");
+    assert!(info.changes < 100, "covered changes dropped: {info:?}");
 
     let hub = HubProc::start(&db);
     let mut r = TodoList::create(actor(2));

@@ -41,8 +41,11 @@ use crate::hub::syncmsg;
 use crate::hub::wire::{self, DocumentId, PeerId, PeerMetadata, WireMessage};
 use crate::model::{Merge, ModelError, TodoList};
 
-/// How long a sync waits for the hub's next message before it counts as settled.
-pub const SYNC_QUIET: Duration = Duration::from_millis(300);
+/// Once in sync, how long a sync waits for trailing messages (a repair) before it
+/// returns.
+pub const SYNC_SETTLE: Duration = Duration::from_millis(50);
+/// How long a sync may take before it fails.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the connection and handshake may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most round trips one [`Connection::sync`] makes before giving up.
@@ -136,14 +139,17 @@ impl Connection {
         &self.hub
     }
 
-    /// Syncs `list` as document `doc` until neither side has anything to say for
-    /// [`SYNC_QUIET`]. Returns everything the hub's messages merged into the list.
+    /// Syncs `list` as document `doc` until the hub has acknowledged every local change
+    /// (its heads equal ours) and has nothing more to say for [`SYNC_SETTLE`], or it
+    /// says it has no such list and we have nothing to give. Fails after
+    /// [`SYNC_TIMEOUT`]. Returns everything the hub's messages merged into the list.
     pub async fn sync(
         &mut self,
         doc: DocumentId,
         list: &mut TodoList,
     ) -> Result<Vec<Merge>, ClientError> {
         let mut merges = Vec::new();
+        let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
         let first = !self.states.contains_key(&doc);
         for round in 0..SYNC_ROUNDS_MAX {
             let state = self.states.entry(doc).or_default();
@@ -168,8 +174,15 @@ impl Connection {
                     .send(Message::Binary(wire::encode(&msg).into()))
                     .await?;
             }
-            let next = match tokio::time::timeout(SYNC_QUIET, next_message(&mut self.ws)).await {
-                Err(_) => return Ok(merges),
+            let settled = self.in_sync(doc, list);
+            let wait = if settled {
+                SYNC_SETTLE
+            } else {
+                deadline.saturating_duration_since(tokio::time::Instant::now())
+            };
+            let next = match tokio::time::timeout(wait, next_message(&mut self.ws)).await {
+                Err(_) if settled => return Ok(merges),
+                Err(_) => return Err(ClientError::Timeout("sync")),
                 Ok(m) => m?,
             };
             match next {

@@ -26,6 +26,9 @@ pub const PROTOCOL_VERSION: &str = "1";
 pub const DOCS_PER_CONN_MAX: usize = 1_024;
 /// Most lists one hub holds.
 pub const DOCS_MAX: usize = 100_000;
+/// Incremental changes stored for a list before the hub compacts it into a snapshot
+/// (loading then costs one snapshot plus at most this many changes).
+pub const COMPACT_AFTER_CHANGES: usize = 1_000;
 
 /// A connection, as the runtime numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -65,11 +68,24 @@ pub struct Commit {
     pub reported: Vec<String>,
 }
 
-/// What the runtime must do, in this order: commit, then send, then close.
+/// A snapshot of a list to store in place of the changes it covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compaction {
+    /// The list.
+    pub doc: DocumentId,
+    /// `Automerge::save()` of the list.
+    pub snapshot: Vec<u8>,
+    /// The heads the snapshot covers.
+    pub heads: Vec<ChangeHash>,
+}
+
+/// What the runtime must do, in this order: commit, compact, then send, then close.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Effects {
     /// Durable writes.
     pub commits: Vec<Commit>,
+    /// Snapshots to store (after the commits they cover).
+    pub compactions: Vec<Compaction>,
     /// Frames to send.
     pub sends: Vec<(ConnId, Vec<u8>)>,
     /// Connections to close (after their pending sends).
@@ -115,6 +131,8 @@ pub struct DocState {
     authority: Authority,
     /// Sync state per connection that syncs this list.
     peers: BTreeMap<ConnId, sync::State>,
+    /// Changes committed since the last snapshot.
+    since_compaction: usize,
 }
 
 impl DocState {
@@ -152,6 +170,7 @@ impl HubCore {
                 list,
                 authority,
                 peers: BTreeMap::new(),
+                since_compaction: 0,
             },
         );
     }
@@ -393,6 +412,7 @@ impl HubCore {
                     list,
                     authority,
                     peers: BTreeMap::new(),
+                    since_compaction: 0,
                 },
             );
         }
@@ -425,7 +445,16 @@ impl HubCore {
         if !merge.is_empty() {
             let commit = Self::check_and_repair(doc, doc_id, merge, now_ms);
             tracing::debug!(doc = %doc_id, changes = commit.changes.len(), events = commit.events.len(), "merged");
+            doc.since_compaction += commit.changes.len();
             fx.commits.push(commit);
+            if doc.since_compaction >= COMPACT_AFTER_CHANGES {
+                doc.since_compaction = 0;
+                fx.compactions.push(Compaction {
+                    doc: doc_id,
+                    snapshot: doc.list.save(),
+                    heads: doc.list.heads(),
+                });
+            }
         }
         let moved = doc.list.heads() != before;
         // Answer the sender, and tell every other peer of this list what is new.

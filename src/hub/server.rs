@@ -316,6 +316,15 @@ async fn perform(
             .await
             .map_err(|e| ServeError::Store(e.to_string()))?;
     }
+    for c in fx.compactions {
+        // A failed compaction loses nothing (the changes stay); log and go on.
+        if let Err(e) = store
+            .compact(super::persist::doc_id(&c.doc), c.snapshot, c.heads)
+            .await
+        {
+            tracing::warn!(doc = %c.doc, error = %e, "compaction failed");
+        }
+    }
     let mut slow = Vec::new();
     for (id, frame) in fx.sends {
         let Some(outbox) = outboxes.get(&id) else {
