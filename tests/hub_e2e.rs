@@ -260,3 +260,68 @@ fn js_actor_of(list: &TodoList, id: &str) -> automerge::ActorId {
         automerge::ObjId::Root => panic!("owner has no op id"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_creating_one_list_at_once_end_with_one_list() {
+    let dir = scratch("create");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let doc = list_document_id("swarm-42");
+    let mut a = TodoList::create(actor(1));
+    let mut b = TodoList::create(actor(2));
+    write(
+        &mut a,
+        "alice",
+        patch(vec![upsert(task("a1", "From alice"))]),
+    );
+    write(&mut b, "bob", patch(vec![upsert(task("b1", "From bob"))]));
+    let mut ca = Connection::connect(&hub.url, "alice").await.unwrap();
+    let mut cb = Connection::connect(&hub.url, "bob").await.unwrap();
+    let (ra, rb) = tokio::join!(ca.sync(doc, &mut a), cb.sync(doc, &mut b));
+    ra.unwrap();
+    rb.unwrap();
+    ca.sync(doc, &mut a).await.unwrap();
+    cb.sync(doc, &mut b).await.unwrap();
+    let ids: Vec<String> = a.read().tasks.into_iter().map(|t| t.id).collect();
+    assert_eq!(
+        ids,
+        vec!["a1", "b1"],
+        "one list with both tasks, not two roots"
+    );
+    assert_eq!(a.read(), b.read());
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_hub_gracefully_and_keeps_the_data() {
+    let dir = scratch("term");
+    let db = dir.join("hub.db");
+    let doc = list_document_id("graceful");
+    let mut hub = HubProc::start(&db);
+    let mut w = TodoList::create(actor(1));
+    write(&mut w, "w", patch(vec![upsert(task("t1", "Keep me"))]));
+    let mut conn = Connection::connect(&hub.url, "w").await.unwrap();
+    conn.sync(doc, &mut w).await.unwrap();
+    let pid = hub.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::task::spawn_blocking(move || {
+        let s = hub.child.wait().unwrap();
+        (s, hub)
+    })
+    .await
+    .unwrap()
+    .0;
+    assert!(status.success(), "exit status after SIGTERM: {status:?}");
+    let hub = HubProc::start(&db);
+    let mut r = TodoList::create(actor(2));
+    let mut conn = Connection::connect(&hub.url, "r").await.unwrap();
+    conn.sync(doc, &mut r).await.unwrap();
+    assert_eq!(r.read().tasks[0].content, "Keep me");
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}

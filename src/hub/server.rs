@@ -57,6 +57,9 @@ enum ToHub {
     Open(ConnId, Outbox),
     /// An input for the core.
     Input(Input),
+    /// Stop: everything queued before this is handled (and committed) first; then every
+    /// peer is closed with 1001.
+    Shutdown,
 }
 
 /// The hub's handle on one connection's writer.
@@ -150,6 +153,7 @@ pub async fn run(
         }
     }
     tracing::info!("shutting down: no new connections");
+    let _ = to_hub.send(ToHub::Shutdown).await;
     drop(to_hub);
     // Connection tasks hold senders too; the hub task ends when they are all gone.
     match tokio::time::timeout(SHUTDOWN_GRACE, hub).await {
@@ -278,6 +282,7 @@ async fn hub_task(
                 Input::Connected(id)
             }
             ToHub::Input(i) => i,
+            ToHub::Shutdown => break,
         };
         if let Input::Disconnected(id) = &input {
             outboxes.remove(id);
