@@ -22,8 +22,12 @@ struct HubProc {
 
 impl HubProc {
     fn start(db: &Path) -> HubProc {
+        HubProc::start_at(db, "127.0.0.1:0")
+    }
+
+    fn start_at(db: &Path, listen: &str) -> HubProc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .args(["serve", "--listen", listen, "--data"])
             .arg(db)
             .env(
                 "SWARMTODO_LOG",
@@ -322,6 +326,58 @@ async fn sigterm_stops_the_hub_gracefully_and_keeps_the_data() {
     let mut conn = Connection::connect(&hub.url, "r").await.unwrap();
     conn.sync(doc, &mut r).await.unwrap();
     assert_eq!(r.read().tasks[0].content, "Keep me");
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Waits (bounded) until `rx`'s snapshot satisfies `ok`.
+async fn wait_for(
+    rx: &mut tokio::sync::watch::Receiver<swarmtodo::proto::Snapshot>,
+    what: &str,
+    ok: impl Fn(&swarmtodo::proto::Snapshot) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if ok(&rx.borrow_and_update()) {
+            return;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if tokio::time::timeout(left, rx.changed()).await.is_err() {
+            panic!("timed out waiting for {what}: {:?}", rx.borrow().tasks);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synced_lists_follow_each_other_and_writes_made_offline_arrive_after_a_restart() {
+    use swarmtodo::client::SyncedList;
+    let dir = scratch("live");
+    let db = dir.join("hub.db");
+    let hub = HubProc::start(&db);
+    let listen = hub.url.trim_start_matches("ws://").to_owned();
+    let a = SyncedList::open(&hub.url, "alice", "live");
+    let b = SyncedList::open(&hub.url, "bob", "live");
+    let mut b_rx = b.subscribe();
+    a.write(&patch(vec![upsert(task("t1", "Online write"))]), 1)
+        .unwrap();
+    assert_eq!(a.read().tasks.len(), 1, "a reads its own write at once");
+    wait_for(&mut b_rx, "bob to see t1", |s| {
+        s.tasks.iter().any(|t| t.id == "t1")
+    })
+    .await;
+
+    hub.kill9();
+    // The hub is gone: writes still land locally and wait.
+    a.write(&patch(vec![upsert(task("t2", "Offline write"))]), 2)
+        .unwrap();
+    let hub = HubProc::start_at(&db, &listen);
+    wait_for(&mut b_rx, "bob to see the offline write", |s| {
+        s.tasks.iter().any(|t| t.id == "t2")
+    })
+    .await;
+    assert_eq!(b.read().tasks.len(), 2);
+    a.close();
+    b.close();
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }

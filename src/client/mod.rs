@@ -1,8 +1,10 @@
 //! The Rust client: a WebSocket connection to a hub speaking the automerge-repo sync
 //! protocol, syncing local [`TodoList`] replicas.
 //!
-//! This is the first, minimal layer: connect and handshake, then sync one list until
-//! both sides are quiet. Reconnection with backoff and subscriptions come on top of it.
+//! Two layers: [`Connection`] connects, handshakes and syncs a list until the hub has
+//! acknowledged it; [`SyncedList`] keeps a list in sync in the background (reads and
+//! writes are local and work offline, reconnection with backoff, snapshots on a tokio
+//! `watch`).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), swarmtodo::client::ClientError> {
@@ -56,7 +58,7 @@ pub const SYNC_ROUNDS_MAX: usize = 10_000;
 pub enum ClientError {
     /// The WebSocket failed.
     #[error("websocket: {0}")]
-    WebSocket(#[from] tokio_tungstenite::tungstenite::Error),
+    WebSocket(Box<tokio_tungstenite::tungstenite::Error>),
     /// The hub did not answer in time.
     #[error("timed out: {0}")]
     Timeout(&'static str),
@@ -69,6 +71,12 @@ pub enum ClientError {
     /// The replica refused what the hub sent.
     #[error("replica: {0}")]
     Model(#[from] ModelError),
+}
+
+impl From<tokio_tungstenite::tungstenite::Error> for ClientError {
+    fn from(e: tokio_tungstenite::tungstenite::Error) -> Self {
+        ClientError::WebSocket(Box::new(e))
+    }
 }
 
 /// The automerge-repo document id of the list called `name`: the first 16 bytes of
@@ -266,4 +274,185 @@ async fn next_message(
             Some(Ok(_)) => {}
         }
     }
+}
+
+/// First wait before reconnecting; doubled after every failure up to
+/// [`RECONNECT_BACKOFF_MAX`].
+pub const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest wait between reconnection attempts.
+pub const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Write notifications queued for the sync task (more are coalesced: one sync sends
+/// every pending change).
+const NUDGES_MAX: usize = 1;
+
+impl Connection {
+    /// Keeps `list` in sync as `doc` until `nudges` closes or the connection fails:
+    /// sends what is new whenever a nudge arrives, and applies every message the hub
+    /// pushes (other agents' writes, repairs), calling `changed` after each.
+    async fn serve_list(
+        &mut self,
+        doc: DocumentId,
+        list: &std::sync::Mutex<TodoList>,
+        nudges: &mut tokio::sync::mpsc::Receiver<()>,
+        changed: &(dyn Fn(&TodoList) + Send + Sync),
+    ) -> Result<(), ClientError> {
+        loop {
+            let outgoing = {
+                let l = list
+                    .lock()
+                    .map_err(|_| ClientError::Protocol("list lock poisoned".into()))?;
+                let state = self.states.entry(doc).or_default();
+                l.generate_sync_message(state)
+            };
+            if let Some(m) = outgoing {
+                let msg = WireMessage::Sync {
+                    document_id: doc,
+                    sender_id: self.peer_id.clone(),
+                    target_id: self.hub.clone(),
+                    data: m.encode(),
+                };
+                self.ws
+                    .send(Message::Binary(wire::encode(&msg).into()))
+                    .await?;
+            }
+            tokio::select! {
+                nudge = nudges.recv() => {
+                    if nudge.is_none() {
+                        return Ok(());
+                    }
+                }
+                msg = next_message(&mut self.ws) => match msg? {
+                    WireMessage::Sync { document_id, data, .. } if document_id == doc => {
+                        let checked = syncmsg::validate(&data, &syncmsg::Limits::default())
+                            .map_err(|e| ClientError::Protocol(format!("bad sync message: {e}")))?;
+                        let mut l = list.lock().map_err(|_| ClientError::Protocol("list lock poisoned".into()))?;
+                        let state = self.states.entry(doc).or_default();
+                        let merge = l.receive_sync_message(state, checked.into_message())?;
+                        if !merge.is_empty() {
+                            changed(&l);
+                        }
+                    }
+                    WireMessage::Error { message, .. } => return Err(ClientError::Closed(message)),
+                    _ => {}
+                },
+            }
+        }
+    }
+}
+
+/// A list kept in sync with a hub in the background: reads and writes are local (and
+/// work offline); a task connects, reconnects with backoff, and syncs. Writes made while
+/// the hub is away are sent when it is back.
+#[derive(Debug)]
+pub struct SyncedList {
+    list: std::sync::Arc<std::sync::Mutex<TodoList>>,
+    snapshots: tokio::sync::watch::Receiver<crate::proto::Snapshot>,
+    /// Shared with the sync task: both local writes and the hub's pushes publish.
+    publish: std::sync::Arc<tokio::sync::watch::Sender<crate::proto::Snapshot>>,
+    nudge: tokio::sync::mpsc::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+    agent: String,
+}
+
+impl SyncedList {
+    /// Starts syncing the list called `name` on the hub at `url`, as `agent`, with a new
+    /// replica (a random actor).
+    pub fn open(url: &str, agent: &str, name: &str) -> SyncedList {
+        let list = TodoList::create(automerge::ActorId::random());
+        SyncedList::with_list(url, agent, list_document_id(name), list)
+    }
+
+    /// Starts syncing `list` as document `doc`.
+    pub fn with_list(url: &str, agent: &str, doc: DocumentId, list: TodoList) -> SyncedList {
+        let (snap_tx, snapshots) = tokio::sync::watch::channel(list.read());
+        let publish = std::sync::Arc::new(snap_tx);
+        let snap_tx = publish.clone();
+        let list = std::sync::Arc::new(std::sync::Mutex::new(list));
+        let (nudge, mut nudges) = tokio::sync::mpsc::channel(NUDGES_MAX);
+        let url = url.to_owned();
+        let peer = format!("{agent}-{}", uuid::Uuid::from_u128(rand_u128()));
+        let shared = list.clone();
+        let task = tokio::spawn(async move {
+            let changed = move |l: &TodoList| {
+                let _ = snap_tx.send(l.read());
+            };
+            let mut backoff = RECONNECT_BACKOFF_MIN;
+            loop {
+                match Connection::connect(&url, &peer).await {
+                    Ok(mut conn) => {
+                        backoff = RECONNECT_BACKOFF_MIN;
+                        match conn.serve_list(doc, &shared, &mut nudges, &changed).await {
+                            Ok(()) => return,
+                            Err(e) => tracing::info!(error = %e, "connection to the hub lost"),
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "hub unreachable"),
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+            }
+        });
+        SyncedList {
+            list,
+            snapshots,
+            publish,
+            nudge,
+            task,
+            agent: agent.to_owned(),
+        }
+    }
+
+    /// `todo_read` on the local replica.
+    pub fn read(&self) -> crate::proto::Snapshot {
+        self.snapshots.borrow().clone()
+    }
+
+    /// Snapshots as they change (local writes and what the hub pushes).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<crate::proto::Snapshot> {
+        self.snapshots.clone()
+    }
+
+    /// `todo_write` on the local replica (validated there), then synced in the background.
+    pub fn write(
+        &self,
+        req: &crate::proto::WriteRequest,
+        now_ms: i64,
+    ) -> Result<crate::proto::WriteResult, crate::proto::ApiError> {
+        let result = {
+            let mut l = self.list.lock().map_err(|_| crate::proto::ApiError {
+                code: crate::proto::ErrorCode::Internal,
+                field: None,
+                allowed: Vec::new(),
+                message: "the replica's lock is poisoned; reopen the list".into(),
+                current: None,
+            })?;
+            let ctx =
+                crate::model::WriteContext::new(self.agent.clone(), now_ms, rand_u128() as u64);
+            let (result, _) = l.write(req, &ctx)?;
+            result
+        };
+        // Full: a sync is already due and will carry this write too.
+        let _ = self.nudge.try_send(());
+        if result.changed {
+            if let Ok(l) = self.list.lock() {
+                // A write is visible to this agent's readers at once.
+                let _ = self.publish.send(l.read());
+            }
+        }
+        Ok(result)
+    }
+
+    /// Stops syncing.
+    pub fn close(self) {
+        self.task.abort();
+    }
+}
+
+/// Randomness for peer ids and generated task ids (the OS's, via automerge's actor ids).
+fn rand_u128() -> u128 {
+    let actor = automerge::ActorId::random();
+    let mut b = [0u8; 16];
+    let bytes = actor.to_bytes();
+    b[..bytes.len().min(16)].copy_from_slice(&bytes[..bytes.len().min(16)]);
+    u128::from_le_bytes(b)
 }
