@@ -686,6 +686,7 @@ fn read_map<'b>(
     }
     let input = d.input();
     let mut entries: Vec<Entry<'b>> = Vec::new();
+    let mut keys = std::collections::BTreeSet::new();
     for _ in 0..count {
         if d.datatype()? != Type::String {
             return Err(WireError::Malformed(format!(
@@ -700,7 +701,8 @@ fn read_map<'b>(
                 max: KEY_BYTES_MAX,
             });
         }
-        if entries.iter().any(|e| e.key == key) {
+        // A set, not a scan: newHeads may hold a thousand long keys.
+        if !keys.insert(key) {
             return Err(WireError::DuplicateField(key.to_owned()));
         }
         let start = d.position();
