@@ -86,6 +86,9 @@ pub struct Effects {
     pub commits: Vec<Commit>,
     /// Snapshots to store (after the commits they cover).
     pub compactions: Vec<Compaction>,
+    /// Lists to reload from the store (their in-memory state was dropped) before the
+    /// next input.
+    pub reloads: Vec<DocumentId>,
     /// Frames to send.
     pub sends: Vec<(ConnId, Vec<u8>)>,
     /// Connections to close (after their pending sends).
@@ -432,18 +435,34 @@ impl HubCore {
             return;
         };
         let before = doc.list.heads();
-        let state = doc.peers.entry(c).or_default();
-        let merge = match doc.list.receive_sync_message(state, message) {
-            Ok(m) => m,
-            Err(e) => {
+        // Automerge can still panic on a crafted change that passed validation (an op
+        // on an object that does not exist). Contain it to this list: drop the list from
+        // memory, close its peers, and have the runtime reload it from the store (which
+        // holds everything committed; the bad change never was).
+        let merged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let state = doc.peers.entry(c).or_default();
+            let merge = doc.list.receive_sync_message(state, message)?;
+            let commit = (!merge.is_empty())
+                .then(|| Self::check_and_repair(doc, doc_id, merge.clone(), now_ms));
+            Ok::<_, crate::model::ModelError>((merge, commit))
+        }));
+        let (merge, commit) = match merged {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => {
                 return self.fail(c, 1008, "sync_refused", format!("sync refused: {e}"), fx);
+            }
+            Err(_) => {
+                tracing::error!(conn = c.0, doc = %doc_id, "automerge panicked on a peer's change; reloading the list");
+                return self.crashed(c, doc_id, fx);
             }
         };
         if !merge.rejected.is_empty() {
             tracing::warn!(conn = c.0, doc = %doc_id, rejected = ?merge.rejected, "changes refused");
         }
-        if !merge.is_empty() {
-            let commit = Self::check_and_repair(doc, doc_id, merge, now_ms);
+        let Some(doc) = self.docs.get_mut(&doc_id) else {
+            return;
+        };
+        if let Some(commit) = commit {
             tracing::debug!(doc = %doc_id, changes = commit.changes.len(), events = commit.events.len(), "merged");
             doc.since_compaction += commit.changes.len();
             fx.commits.push(commit);
@@ -484,6 +503,37 @@ impl HubCore {
                 fx.sends.push((t, wire::encode(&out)));
             }
         }
+    }
+
+    /// A list whose merge panicked: forget it, close the offender and the list's other
+    /// peers (they reconnect and resync), and ask the runtime to reload it.
+    fn crashed(&mut self, offender: ConnId, doc_id: DocumentId, fx: &mut Effects) {
+        let peers: Vec<ConnId> = self
+            .docs
+            .remove(&doc_id)
+            .map(|d| d.peers.into_keys().collect())
+            .unwrap_or_default();
+        for p in peers.into_iter().filter(|p| *p != offender) {
+            if let Some(conn) = self.conns.get_mut(&p) {
+                conn.docs.remove(&doc_id);
+            }
+            fx.closes.push((
+                p,
+                Close {
+                    code: 1012,
+                    reason: "list_reloading".to_owned(),
+                },
+            ));
+            self.drop_conn(p);
+        }
+        fx.reloads.push(doc_id);
+        self.fail(
+            offender,
+            1008,
+            "change_crashed_automerge",
+            "a change of yours made Automerge fail; it was not applied".to_owned(),
+            fx,
+        );
     }
 
     /// Runs the authority on a merge, applies its repair, and gathers what to persist.

@@ -87,3 +87,25 @@ pub(crate) async fn load_all(
     }
     Ok(known)
 }
+
+/// Reloads one list from the store into the core (after its in-memory state was
+/// dropped). A list with nothing stored yet is simply forgotten.
+pub(crate) async fn reload(
+    store: &Store,
+    core: &mut HubCore,
+    id: DocumentId,
+) -> Result<(), StoreError> {
+    let doc = doc_id(&id);
+    let loaded = match store.load(doc).await {
+        Ok(Some(l)) => l,
+        Ok(None) | Err(StoreError::UnknownList(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let rebuilt = tokio::task::spawn_blocking(move || loaded.rebuild())
+        .await
+        .map_err(|_| StoreError::Closed)??;
+    let reported = store.reported(doc).await?;
+    core.load_doc(id, rebuilt, reported);
+    tracing::info!(doc = %id, "list reloaded");
+    Ok(())
+}

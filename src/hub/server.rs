@@ -84,6 +84,9 @@ pub enum ServeError {
     /// The store refused a commit: nothing of it was relayed, and the hub stopped.
     #[error("store: {0}")]
     Store(String),
+    /// The hub task ended abnormally (a panic outside a list's merge).
+    #[error("hub task: {0}")]
+    HubTask(String),
     /// Accepting failed.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
@@ -127,7 +130,7 @@ pub async fn run(
                 return match ended {
                     Ok(Err(e)) => Err(e),
                     Ok(Ok(())) => Ok(()),
-                    Err(e) => Err(ServeError::Store(format!("hub task died: {e}"))),
+                    Err(e) => Err(ServeError::HubTask(e.to_string())),
                 };
             }
             accepted = listener.accept() => {
@@ -158,7 +161,7 @@ pub async fn run(
     // Connection tasks hold senders too; the hub task ends when they are all gone.
     match tokio::time::timeout(SHUTDOWN_GRACE, hub).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => Err(ServeError::Store(format!("hub task died: {e}"))),
+        Ok(Err(e)) => Err(ServeError::HubTask(e.to_string())),
         Err(_) => {
             tracing::warn!("peers did not leave within the grace period");
             Ok(())
@@ -318,6 +321,11 @@ async fn perform(
     // the hub: what is not durable must not be relayed or acknowledged.
     for commit in fx.commits {
         super::persist::commit(store, known, commit, now_ms())
+            .await
+            .map_err(|e| ServeError::Store(e.to_string()))?;
+    }
+    for doc in fx.reloads {
+        super::persist::reload(store, core, doc)
             .await
             .map_err(|e| ServeError::Store(e.to_string()))?;
     }
