@@ -891,6 +891,14 @@ fn chunk_changes(bytes: &[u8]) -> Result<Vec<Change>, String> {
             continue;
         }
         match Change::from_bytes(chunk.to_vec()) {
+            // `from_bytes` does not verify the chunk's checksum (the first four bytes
+            // of the change's hash): a flipped byte would land as a different change.
+            Ok(c) if c.hash().as_ref()[..4] != chunk[4..8] => {
+                return Err(format!(
+                    "change {} does not match its checksum: corrupt",
+                    c.hash()
+                ));
+            }
             Ok(c) => out.push(c),
             Err(change_err) => {
                 let bundle = automerge::Bundle::try_from(chunk)
