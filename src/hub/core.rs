@@ -41,6 +41,8 @@ pub struct Close {
     pub code: u16,
     /// Stable reason code (e.g. `malformed`, `sync_invalid`, `handshake`).
     pub reason: String,
+    /// An `error` message to send just before the close frame, saying what to do.
+    pub message: Option<String>,
 }
 
 /// One input to the core.
@@ -232,19 +234,12 @@ impl HubCore {
 
     fn fail(&mut self, c: ConnId, code: u16, reason: &str, message: String, fx: &mut Effects) {
         tracing::info!(conn = c.0, reason, %message, "closing connection");
-        fx.sends.push((
-            c,
-            wire::encode(&WireMessage::Error {
-                sender_id: Some(self.config.peer_id.clone()),
-                target_id: None,
-                message,
-            }),
-        ));
         fx.closes.push((
             c,
             Close {
                 code,
                 reason: reason.to_owned(),
+                message: Some(message),
             },
         ));
         self.drop_conn(c);
@@ -322,6 +317,7 @@ impl HubCore {
                 Close {
                     code: 1000,
                     reason: "leave".to_owned(),
+                    message: None,
                 },
             )),
             WireMessage::Ephemeral {
@@ -522,6 +518,7 @@ impl HubCore {
                 Close {
                     code: 1012,
                     reason: "list_reloading".to_owned(),
+                    message: Some("the list is being reloaded: reconnect".to_owned()),
                 },
             ));
             self.drop_conn(p);

@@ -2,12 +2,13 @@
 //! that owns the [`HubCore`] and performs its effects (commit, then send, then close).
 //!
 //! Bounded everywhere: connections (a semaphore), frames and messages (tungstenite's
-//! limits, set explicitly), the hub's input queue, and each connection's outbox. A peer
-//! whose outbox is full — it stopped reading — is closed with 1008 `slow_reader`; it
-//! never grows the hub's memory or stalls the others.
+//! limits, set explicitly), the hub's input queue, and each connection's outbox (in
+//! frames and in bytes). A peer whose outbox is full — it stopped reading — is closed
+//! with 1008 `slow_reader`; it never grows the hub's memory or stalls the others.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +27,9 @@ use crate::store::Store;
 pub const CONNECTIONS_MAX: usize = 10_000;
 /// Frames queued for one connection before it counts as a slow reader and is closed.
 pub const OUTBOX_FRAMES_MAX: usize = 256;
+/// Bytes queued for one connection before it counts as a slow reader and is closed
+/// (besides tungstenite's own write buffer): what one stalled peer can pin.
+pub const OUTBOX_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// Inputs queued for the hub task (connections wait when it is full).
 pub const HUB_QUEUE_MAX: usize = 4_096;
 /// Largest WebSocket frame accepted.
@@ -40,6 +44,8 @@ pub const WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection that sends nothing for this long is closed (clients ping).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a closing connection may take to flush its last frames and close.
+pub const CLOSE_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long shutdown waits for queued work and peers to leave.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Frames per second one connection may send on average …
@@ -57,6 +63,9 @@ enum ToHub {
     Open(ConnId, Outbox),
     /// An input for the core.
     Input(Input),
+    /// Close a connection for a reason found outside the core (rate, size, idleness):
+    /// an `error` message, then the close frame.
+    Kick(ConnId, Close),
     /// Stop: everything queued before this is handled (and committed) first; then every
     /// peer is closed with 1001.
     Shutdown,
@@ -70,11 +79,27 @@ struct Outbox {
     /// Closes the connection with a code; separate from `frames` so that a full outbox
     /// can still be closed.
     close: oneshot::Sender<Close>,
+    /// Bytes in `frames` not yet written to the socket (the writer subtracts).
+    queued_bytes: Arc<AtomicUsize>,
 }
 
 impl Outbox {
     fn close(self, close: Close) {
         let _ = self.close.send(close);
+    }
+
+    /// Queues a frame; false when the peer is too far behind (frames or bytes).
+    fn push(&self, frame: Vec<u8>) -> bool {
+        let n = frame.len();
+        if self.queued_bytes.load(Ordering::Relaxed) + n > OUTBOX_BYTES_MAX {
+            return false;
+        }
+        self.queued_bytes.fetch_add(n, Ordering::Relaxed);
+        if self.frames.try_send(frame).is_err() {
+            self.queued_bytes.fetch_sub(n, Ordering::Relaxed);
+            return false;
+        }
+        true
     }
 }
 
@@ -190,48 +215,110 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>) 
     let (mut sink, mut stream) = ws.split();
     let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(OUTBOX_FRAMES_MAX);
     let (close_tx, mut close_rx) = oneshot::channel::<Close>();
+    let queued_bytes = Arc::new(AtomicUsize::new(0));
     let outbox = Outbox {
         frames: out_tx,
         close: close_tx,
+        queued_bytes: queued_bytes.clone(),
     };
     if to_hub.send(ToHub::Open(id, outbox)).await.is_err() {
         return;
     }
-    let writer = tokio::spawn(async move {
-        loop {
+    let mut writer = tokio::spawn(async move {
+        let close = loop {
             tokio::select! {
                 biased;
-                close = &mut close_rx => {
-                    if let Ok(close) = close {
-                        let frame = CloseFrame {
-                            code: CloseCode::from(close.code),
-                            reason: close.reason.into(),
-                        };
-                        let _ = sink.send(Message::Close(Some(frame))).await;
-                    }
-                    break;
-                }
+                close = &mut close_rx => break close.ok(),
                 frame = out_rx.recv() => {
-                    let Some(bytes) = frame else { break };
-                    if sink.send(Message::Binary(bytes.into())).await.is_err() {
-                        break;
+                    let Some(bytes) = frame else { break None };
+                    queued_bytes.fetch_sub(bytes.len(), Ordering::Relaxed);
+                    // A peer that stops reading blocks this send; a close must still
+                    // get through, so the send races it.
+                    tokio::select! {
+                        sent = sink.send(Message::Binary(bytes.into())) => {
+                            if sent.is_err() {
+                                break None;
+                            }
+                        }
+                        close = &mut close_rx => break close.ok(),
                     }
                 }
             }
+        };
+        if let Some(close) = close {
+            // Frames still queued are dropped (the peer is going, and a slow reader
+            // would never take them); the error message saying why goes first, within a
+            // bound, then the close frame.
+            let _ = tokio::time::timeout(CLOSE_FLUSH_TIMEOUT, async {
+                if let Some(message) = close.message {
+                    let error = super::wire::WireMessage::Error {
+                        sender_id: None,
+                        target_id: None,
+                        message,
+                    };
+                    let bytes = super::wire::encode(&error);
+                    if sink.send(Message::Binary(bytes.into())).await.is_err() {
+                        return;
+                    }
+                }
+                let frame = CloseFrame {
+                    code: CloseCode::from(close.code),
+                    reason: close.reason.into(),
+                };
+                let _ = sink.send(Message::Close(Some(frame))).await;
+            })
+            .await;
         }
-        let _ = sink.close().await;
+        let _ = tokio::time::timeout(CLOSE_FLUSH_TIMEOUT, sink.close()).await;
     });
     // Token bucket for the frame rate.
     let mut tokens = f64::from(FRAMES_BURST_MAX);
     let mut last = tokio::time::Instant::now();
+    let mut writer_done = false;
+    let kick = |code: u16, reason: &str, message: String| {
+        ToHub::Kick(
+            id,
+            Close {
+                code,
+                reason: reason.to_owned(),
+                message: Some(message),
+            },
+        )
+    };
     loop {
-        let next = tokio::time::timeout(IDLE_TIMEOUT, stream.next()).await;
+        let next = tokio::select! {
+            next = tokio::time::timeout(IDLE_TIMEOUT, stream.next()) => next,
+            // The hub closed us (or the peer's socket failed): stop reading too, so the
+            // socket and its buffers are released now, not at the idle timeout.
+            _ = &mut writer => {
+                writer_done = true;
+                break;
+            }
+        };
         let frame = match next {
             Err(_) => {
                 tracing::debug!(conn = id.0, "idle timeout");
+                let _ = to_hub
+                    .send(kick(
+                        1001,
+                        "idle_timeout",
+                        "nothing received for too long: reconnect".to_owned(),
+                    ))
+                    .await;
                 break;
             }
             Ok(None) => break,
+            Ok(Some(Err(tokio_tungstenite::tungstenite::Error::Capacity(e)))) => {
+                tracing::info!(conn = id.0, error = %e, "message over the size limit");
+                let _ = to_hub
+                    .send(kick(
+                        1009,
+                        "message_too_large",
+                        format!("over the size limit ({e}): send smaller messages"),
+                    ))
+                    .await;
+                break;
+            }
             Ok(Some(Err(e))) => {
                 tracing::debug!(conn = id.0, error = %e, "read failed");
                 break;
@@ -245,6 +332,13 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>) 
         last = now;
         if tokens < 1.0 {
             tracing::info!(conn = id.0, "frame rate limit exceeded");
+            let _ = to_hub
+                .send(kick(
+                    1008,
+                    "rate_limit",
+                    "more frames per second than allowed: slow down".to_owned(),
+                ))
+                .await;
             break;
         }
         tokens -= 1.0;
@@ -259,16 +353,24 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>) 
                 }
             }
             Message::Close(_) => break,
-            // Pings are answered by tungstenite; text frames are not part of the protocol.
+            // Text frames are not part of the protocol: the core rejects this byte.
             Message::Text(_) => {
-                let bytes = b"\xff".to_vec(); // Not CBOR of a message: the core rejects it.
+                let bytes = b"\xff".to_vec();
                 let _ = to_hub.send(ToHub::Input(Input::Frame(id, bytes))).await;
             }
+            // Pings are answered by tungstenite.
             Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
         }
     }
     let _ = to_hub.send(ToHub::Input(Input::Disconnected(id))).await;
-    let _ = writer.await;
+    if !writer_done {
+        if tokio::time::timeout(CLOSE_FLUSH_TIMEOUT * 2, &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
+    }
 }
 
 async fn hub_task(
@@ -285,6 +387,12 @@ async fn hub_task(
                 Input::Connected(id)
             }
             ToHub::Input(i) => i,
+            ToHub::Kick(id, close) => {
+                if let Some(outbox) = outboxes.remove(&id) {
+                    outbox.close(close);
+                }
+                continue;
+            }
             ToHub::Shutdown => break,
         };
         if let Input::Disconnected(id) = &input {
@@ -296,6 +404,7 @@ async fn hub_task(
                 outbox.close(Close {
                     code: 1011,
                     reason: "store_failed".to_owned(),
+                    message: Some("the hub could not store a change and stopped".to_owned()),
                 });
             }
             return Err(e);
@@ -305,6 +414,7 @@ async fn hub_task(
         outbox.close(Close {
             code: 1001,
             reason: "shutdown".to_owned(),
+            message: None,
         });
     }
     Ok(())
@@ -343,7 +453,7 @@ async fn perform(
         let Some(outbox) = outboxes.get(&id) else {
             continue;
         };
-        if outbox.frames.try_send(frame).is_err() {
+        if !outbox.push(frame) {
             slow.push(id);
         }
     }
@@ -358,6 +468,7 @@ async fn perform(
             outbox.close(Close {
                 code: 1008,
                 reason: "slow_reader".to_owned(),
+                message: None,
             });
         }
         let _ = core.handle(now_ms(), Input::Disconnected(id));
