@@ -363,13 +363,12 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>) 
         }
     }
     let _ = to_hub.send(ToHub::Input(Input::Disconnected(id))).await;
-    if !writer_done {
-        if tokio::time::timeout(CLOSE_FLUSH_TIMEOUT * 2, &mut writer)
+    if !writer_done
+        && tokio::time::timeout(CLOSE_FLUSH_TIMEOUT * 2, &mut writer)
             .await
             .is_err()
-        {
-            writer.abort();
-        }
+    {
+        writer.abort();
     }
 }
 
