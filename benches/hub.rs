@@ -56,6 +56,9 @@ fn upsert(id: String, content: Option<String>, status: Option<Status>) -> PatchO
 }
 
 fn frame(peer: &mut Peer, hub: &PeerId, doc: DocumentId) -> Option<Vec<u8>> {
+    // The hub does not answer a message that tells it nothing new; a real peer does
+    // not wait for that answer before sending its next change.
+    peer.state.in_flight = false;
     let m = peer.list.generate_sync_message(&mut peer.state)?;
     Some(wire::encode(&WireMessage::Sync {
         sender_id: peer.id.clone(),
