@@ -193,7 +193,7 @@ async fn js_automerge_repo_client_shares_the_list_and_its_violation_is_repaired(
     let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
     assert!(
         js.join("node_modules/@automerge/automerge-repo").exists(),
-        "the JS peer is not installed: run `npm ci --prefix tests/js` (.ci/run does)"
+        "the JS peer is not installed: run `npm install --prefix tests/js` (.ci/run does)"
     );
     let dir = scratch("js");
     let hub = HubProc::start(&dir.join("hub.db"));

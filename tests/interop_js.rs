@@ -27,7 +27,7 @@ fn js_peer_reads_rust_strings_and_rust_reads_js_text() {
     let js = js_dir();
     assert!(
         js.join("node_modules/@automerge/automerge").exists(),
-        "the JS peer is not installed: run `npm ci --prefix tests/js` (.ci/run does)"
+        "the JS peer is not installed: run `npm install --prefix tests/js` (.ci/run does)"
     );
 
     let mut hub = TodoList::create(ActorId::from([0xA0; 16]));

@@ -424,7 +424,7 @@ async fn rust_samod_and_js_share_one_list() {
     let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
     assert!(
         js.join("node_modules/@automerge/automerge-repo").exists(),
-        "the JS peer is not installed: run `npm ci --prefix tests/js` (.ci/run does)"
+        "the JS peer is not installed: run `npm install --prefix tests/js` (.ci/run does)"
     );
     let dir = scratch("three");
     let hub = HubProc::start(&dir.join("hub.db"));
