@@ -198,13 +198,14 @@ fn bench(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     fx.round += 1;
-                    let cycle = [Status::Pending, Status::Blocked, Status::Completed];
-                    let op = upsert(
-                        format!("t{}", fx.round as usize % TASKS),
-                        None,
-                        Some(cycle[fx.round as usize % 3]),
-                    );
+                    let id = format!("t{}", fx.round as usize % TASKS);
                     let writer = &mut fx.peers[0];
+                    // Always a real change: a status other than the current one.
+                    let current = writer.list.raw_task(&id).and_then(|t| t.status.clone());
+                    let next = [Status::Pending, Status::Blocked, Status::Completed]
+                        .into_iter()
+                        .find(|s| current.as_deref() != Some(s.as_str()));
+                    let op = upsert(id, None, next);
                     writer
                         .list
                         .write(&req(vec![op]), &WriteContext::new("writer", 0, fx.round))
