@@ -5,68 +5,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 
 use common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::model::TodoList;
 use swarmtodo::proto::{Status, TaskPatch};
-
-/// A hub process; killed (SIGKILL) when dropped.
-struct HubProc {
-    child: Child,
-    url: String,
-}
-
-impl HubProc {
-    fn start(db: &Path) -> HubProc {
-        HubProc::start_at(db, "127.0.0.1:0")
-    }
-
-    fn start_at(db: &Path, listen: &str) -> HubProc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
-            .args(["serve", "--listen", listen, "--data"])
-            .arg(db)
-            .env(
-                "SWARMTODO_LOG",
-                std::env::var("SWARMTODO_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the hub");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("swarmtodo listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_owned();
-        HubProc { child, url }
-    }
-
-    fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for HubProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("swarmtodo-e2e-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn in_progress_for(list: &TodoList, owner: &str) -> usize {
     list.read()

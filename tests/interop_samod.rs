@@ -10,9 +10,8 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -28,51 +27,6 @@ use swarmtodo::proto::Status;
 const DEADLINE: Duration = Duration::from_secs(10);
 /// Pause between two polls of a replica's state.
 const POLL: Duration = Duration::from_millis(50);
-
-/// A hub process; killed (SIGKILL) when dropped.
-struct HubProc {
-    child: Child,
-    url: String,
-}
-
-impl HubProc {
-    fn start(db: &Path) -> HubProc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-            .arg(db)
-            .env(
-                "SWARMTODO_LOG",
-                std::env::var("SWARMTODO_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the hub");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("swarmtodo listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_owned();
-        HubProc { child, url }
-    }
-}
-
-impl Drop for HubProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("swarmtodo-samod-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// A samod repo dialing the hub, connected and handshaken.
 struct SamodPeer {

@@ -1,6 +1,10 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, unreachable_pub)] // Each test crate uses a part of these helpers.
 
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
 use automerge::{transaction::Transactable, ActorId, Automerge, ObjType, ReadDoc};
 use swarmtodo::model::{TodoList, WriteContext};
 use swarmtodo::proto::{PatchOp, Status, TaskPatch, WriteMode, WriteRequest};
@@ -104,4 +108,64 @@ impl RawPeer {
     pub fn changes_for(&self, list: &TodoList) -> Vec<automerge::Change> {
         list.doc().get_changes_added(&self.doc)
     }
+}
+
+/// A hub process; killed (SIGKILL) when dropped.
+pub struct HubProc {
+    /// The `swarmtodo serve` process.
+    pub child: Child,
+    /// `ws://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+impl HubProc {
+    /// Starts a hub on any free loopback port with its data in `db`.
+    pub fn start(db: &Path) -> HubProc {
+        HubProc::start_at(db, "127.0.0.1:0")
+    }
+
+    /// Starts a hub on `listen`.
+    pub fn start_at(db: &Path, listen: &str) -> HubProc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
+            .args(["serve", "--listen", listen, "--data"])
+            .arg(db)
+            .env(
+                "SWARMTODO_LOG",
+                std::env::var("SWARMTODO_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the hub");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("swarmtodo listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_owned();
+        HubProc { child, url }
+    }
+
+    /// `kill -9`.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for HubProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh scratch folder for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("swarmtodo-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
