@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
 use common::*;
@@ -28,16 +27,7 @@ async fn rust_clients_sync_through_the_hub_and_the_repair_reaches_everyone() {
     let doc = list_document_id("swarm-42");
 
     // The lead creates the list and plans.
-    let mut lead = TodoList::create(actor(1));
-    write(
-        &mut lead,
-        "lead",
-        patch(vec![
-            upsert(task("t1", "Read the issue")),
-            upsert(task("t2", "Write the parser")),
-            upsert(task("t3", "Write the tests")),
-        ]),
-    );
+    let mut lead = planned();
     let mut c_lead = Connection::connect(&hub.url, "lead").await.unwrap();
     c_lead.sync(doc, &mut lead).await.unwrap();
     assert!(c_lead.in_sync(doc, &lead), "the hub acknowledged the plan");
@@ -135,45 +125,14 @@ async fn acknowledged_writes_survive_kill_9() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_automerge_repo_client_shares_the_list_and_its_violation_is_repaired() {
-    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
-    assert!(
-        js.join("node_modules/@automerge/automerge-repo").exists(),
-        "the JS peer is not installed: run `npm install --prefix tests/js` (.ci/run does)"
-    );
     let dir = scratch("js");
     let hub = HubProc::start(&dir.join("hub.db"));
     let doc = list_document_id("js-list");
-    let mut lead = TodoList::create(actor(1));
-    write(
-        &mut lead,
-        "lead",
-        patch(vec![
-            upsert(task("t1", "Read the issue")),
-            upsert(task("t2", "Write the parser")),
-            upsert(task("t3", "Write the tests")),
-        ]),
-    );
+    let mut lead = planned();
     let mut conn = Connection::connect(&hub.url, "lead").await.unwrap();
     conn.sync(doc, &mut lead).await.unwrap();
 
-    let url = hub.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(js.join("repo_client.mjs"))
-            .arg(&url)
-            .arg(doc.to_string())
-            .output()
-            .expect("node must be installed")
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "JS client failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = run_js_repo_client(&hub.url, doc).await;
     let before: Vec<&str> = report["before"]
         .as_array()
         .unwrap()

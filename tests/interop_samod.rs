@@ -10,8 +10,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::path::Path;
-use std::process::Command;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -165,21 +163,6 @@ async fn converge(
         );
         tokio::time::sleep(POLL).await;
     }
-}
-
-/// The lead's plan: t1..t3, pending, unowned.
-fn planned() -> TodoList {
-    let mut lead = TodoList::create(actor(1));
-    write(
-        &mut lead,
-        "lead",
-        patch(vec![
-            upsert(task("t1", "Read the issue")),
-            upsert(task("t2", "Write the parser")),
-            upsert(task("t3", "Write the tests")),
-        ]),
-    );
-    lead
 }
 
 /// One samod change: registers the samod actor as `agent` and puts `(task, field, value)`.
@@ -375,11 +358,6 @@ async fn samods_invariant_violation_is_repaired_for_every_replica() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_samod_and_js_share_one_list() {
-    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
-    assert!(
-        js.join("node_modules/@automerge/automerge-repo").exists(),
-        "the JS peer is not installed: run `npm install --prefix tests/js` (.ci/run does)"
-    );
     let dir = scratch("three");
     let hub = HubProc::start(&dir.join("hub.db"));
     let doc = list_document_id("samod-three");
@@ -420,24 +398,7 @@ async fn rust_samod_and_js_share_one_list() {
     }
 
     // JS reads both writes, then breaks the single-active rule and waits for the repair.
-    let url = hub.url.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(js.join("repo_client.mjs"))
-            .arg(&url)
-            .arg(doc.to_string())
-            .output()
-            .expect("node must be installed")
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "JS client failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = run_js_repo_client(&hub.url, doc).await;
     let row = |t: &serde_json::Value| {
         (
             t["id"].as_str().unwrap().to_owned(),

@@ -198,7 +198,7 @@ pub struct Outcome {
 }
 
 /// What [`Authority::process`] did for one merge.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
     /// Violations, in the order found.
     pub violations: Vec<Violation>,
@@ -334,13 +334,13 @@ impl Authority {
                 .changes
                 .iter()
                 .filter(|c| c.touched.keys().any(|t| f.tasks.contains(t)))
-                .map(|c| c.hash.clone())
+                .map(|c| c.hash())
                 .collect();
             let mut agents: BTreeSet<String> =
                 f.values.iter().filter_map(|v| v.agent.clone()).collect();
             for c in &merge.changes {
-                if changes.contains(&c.hash) {
-                    if let Some(a) = list.agent_of(&c.actor) {
+                if changes.contains(&c.hash()) {
+                    if let Some(a) = list.agent_of(c.actor()) {
                         agents.insert(a);
                     }
                 }
@@ -654,14 +654,14 @@ impl Authority {
         repair: &mut Repair,
     ) {
         for change in &merge.changes {
-            let agent = list.agent_of(&change.actor);
+            let agent = list.agent_of(change.actor());
             let role = self.roles.of(agent.as_deref());
             if role == Role::Lead {
                 continue;
             }
             let who = agent
                 .clone()
-                .unwrap_or_else(|| change.actor.to_hex_string());
+                .unwrap_or_else(|| change.actor().to_hex_string());
             for (id, fields) in &change.touched {
                 let delta = merge.tasks.get(id);
                 let before_owner = delta
@@ -677,7 +677,7 @@ impl Authority {
                 if allowed {
                     continue;
                 }
-                let key = format!("ownership:{}:{id}", change.hash);
+                let key = format!("ownership:{}:{id}", change.hash());
                 let fixing = self.policy.ownership == Action::Repair;
                 if fixing && !self.reported.contains(&key) {
                     restore_before(list, change, id, fields, repair);
@@ -872,7 +872,7 @@ fn restore_before(
     fields: &BTreeSet<String>,
     repair: &mut Repair,
 ) {
-    let before: Option<RawTask> = list.raw_task_at(id, &change.deps);
+    let before: Option<RawTask> = list.raw_task_at(id, change.change.deps());
     let now = list.raw_task(id);
     match (&before, now) {
         (None, Some(_)) => repair.set(id, TASK_ENTRY_STATIC, FieldValue::Task(None)),

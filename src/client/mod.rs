@@ -160,28 +160,8 @@ impl Connection {
         let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
         let first = !self.states.contains_key(&doc);
         for round in 0..SYNC_ROUNDS_MAX {
-            let state = self.states.entry(doc).or_default();
-            if let Some(m) = list.generate_sync_message(state) {
-                let data = m.encode();
-                let msg = if first && round == 0 && list.is_empty() {
-                    WireMessage::Request {
-                        document_id: doc,
-                        sender_id: self.peer_id.clone(),
-                        target_id: self.hub.clone(),
-                        data,
-                    }
-                } else {
-                    WireMessage::Sync {
-                        document_id: doc,
-                        sender_id: self.peer_id.clone(),
-                        target_id: self.hub.clone(),
-                        data,
-                    }
-                };
-                self.ws
-                    .send(Message::Binary(wire::encode(&msg).into()))
-                    .await?;
-            }
+            let request = first && round == 0 && list.is_empty();
+            self.send_sync(doc, list, request).await?;
             let settled = self.in_sync(doc, list);
             let wait = if settled {
                 SYNC_SETTLE
@@ -197,10 +177,7 @@ impl Connection {
                 WireMessage::Sync {
                     document_id, data, ..
                 } if document_id == doc => {
-                    let checked = syncmsg::validate(&data, &syncmsg::Limits::default())
-                        .map_err(|e| ClientError::Protocol(format!("bad sync message: {e}")))?;
-                    let state = self.states.entry(doc).or_default();
-                    let merge = list.receive_sync_message(state, checked.into_message())?;
+                    let merge = self.receive_sync(doc, list, &data)?;
                     if !merge.is_empty() {
                         merges.push(merge);
                     }
@@ -232,6 +209,55 @@ impl Connection {
         let mut theirs = state.their_heads.clone().unwrap_or_default();
         theirs.sort();
         ours == theirs
+    }
+
+    /// The next sync frame for `doc`, if `list` has anything to say (`request`: as the
+    /// first message for a document we do not have yet).
+    fn sync_frame(&mut self, doc: DocumentId, list: &TodoList, request: bool) -> Option<Message> {
+        let state = self.states.entry(doc).or_default();
+        let data = list.generate_sync_message(state)?.encode();
+        let (document_id, sender_id, target_id) = (doc, self.peer_id.clone(), self.hub.clone());
+        let msg = if request {
+            WireMessage::Request {
+                document_id,
+                sender_id,
+                target_id,
+                data,
+            }
+        } else {
+            WireMessage::Sync {
+                document_id,
+                sender_id,
+                target_id,
+                data,
+            }
+        };
+        Some(Message::Binary(wire::encode(&msg).into()))
+    }
+
+    async fn send_sync(
+        &mut self,
+        doc: DocumentId,
+        list: &TodoList,
+        request: bool,
+    ) -> Result<(), ClientError> {
+        if let Some(frame) = self.sync_frame(doc, list, request) {
+            self.ws.send(frame).await?;
+        }
+        Ok(())
+    }
+
+    /// Validates a sync message from the hub and merges it into `list`.
+    fn receive_sync(
+        &mut self,
+        doc: DocumentId,
+        list: &mut TodoList,
+        data: &[u8],
+    ) -> Result<Merge, ClientError> {
+        let checked = syncmsg::validate(data, &syncmsg::Limits::default())
+            .map_err(|e| ClientError::Protocol(format!("bad sync message: {e}")))?;
+        let state = self.states.entry(doc).or_default();
+        Ok(list.receive_sync_message(state, checked.into_message())?)
     }
 
     /// `(our heads, the hub's last advertised heads)` for diagnostics.
@@ -297,23 +323,9 @@ impl Connection {
         changed: &(dyn Fn(&TodoList) + Send + Sync),
     ) -> Result<(), ClientError> {
         loop {
-            let outgoing = {
-                let l = list
-                    .lock()
-                    .map_err(|_| ClientError::Protocol("list lock poisoned".into()))?;
-                let state = self.states.entry(doc).or_default();
-                l.generate_sync_message(state)
-            };
-            if let Some(m) = outgoing {
-                let msg = WireMessage::Sync {
-                    document_id: doc,
-                    sender_id: self.peer_id.clone(),
-                    target_id: self.hub.clone(),
-                    data: m.encode(),
-                };
-                self.ws
-                    .send(Message::Binary(wire::encode(&msg).into()))
-                    .await?;
+            let outgoing = self.sync_frame(doc, &*lock(list)?, false);
+            if let Some(frame) = outgoing {
+                self.ws.send(frame).await?;
             }
             tokio::select! {
                 nudge = nudges.recv() => {
@@ -323,11 +335,8 @@ impl Connection {
                 }
                 msg = next_message(&mut self.ws) => match msg? {
                     WireMessage::Sync { document_id, data, .. } if document_id == doc => {
-                        let checked = syncmsg::validate(&data, &syncmsg::Limits::default())
-                            .map_err(|e| ClientError::Protocol(format!("bad sync message: {e}")))?;
-                        let mut l = list.lock().map_err(|_| ClientError::Protocol("list lock poisoned".into()))?;
-                        let state = self.states.entry(doc).or_default();
-                        let merge = l.receive_sync_message(state, checked.into_message())?;
+                        let mut l = lock(list)?;
+                        let merge = self.receive_sync(doc, &mut l, &data)?;
                         if !merge.is_empty() {
                             changed(&l);
                         }
@@ -446,6 +455,13 @@ impl SyncedList {
     pub fn close(self) {
         self.task.abort();
     }
+}
+
+fn lock(
+    list: &std::sync::Mutex<TodoList>,
+) -> Result<std::sync::MutexGuard<'_, TodoList>, ClientError> {
+    list.lock()
+        .map_err(|_| ClientError::Protocol("list lock poisoned".into()))
 }
 
 /// Randomness for peer ids and generated task ids (the OS's, via automerge's actor ids).

@@ -17,7 +17,7 @@ use automerge::{sync, ActorId, Automerge, ChangeHash};
 use super::syncmsg;
 use super::wire::{self, DocumentId, PeerId, PeerMetadata, WireMessage};
 use crate::authority::{Authority, Policy, Roles};
-use crate::model::{normalize, Merge, TodoList};
+use crate::model::{normalize, ChangeInfo, Merge, TodoList};
 use crate::proto::{EventBody, TaskChange};
 
 /// The automerge-repo protocol version the hub speaks.
@@ -58,12 +58,12 @@ pub enum Input {
 
 /// What one merge makes durable: the new changes (including the repair), the events,
 /// and the authority's new idempotency keys — one transaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Commit {
     /// The list.
     pub doc: DocumentId,
-    /// `(hash, bytes)` of every change new to the hub.
-    pub changes: Vec<(ChangeHash, Vec<u8>)>,
+    /// Every change new to the hub, as merged (no lookup in the document needed).
+    pub changes: Vec<automerge::Change>,
     /// Events, in order (the store assigns their `seq`).
     pub events: Vec<EventBody>,
     /// Keys the authority reported with these events.
@@ -82,7 +82,7 @@ pub struct Compaction {
 }
 
 /// What the runtime must do, in this order: commit, compact, then send, then close.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Effects {
     /// Durable writes.
     pub commits: Vec<Commit>,
@@ -437,12 +437,13 @@ impl HubCore {
         // holds everything committed; the bad change never was).
         let merged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let state = doc.peers.entry(c).or_default();
-            let merge = doc.list.receive_sync_message(state, message)?;
-            let commit = (!merge.is_empty())
-                .then(|| Self::check_and_repair(doc, doc_id, merge.clone(), now_ms));
-            Ok::<_, crate::model::ModelError>((merge, commit))
+            let mut merge = doc.list.receive_sync_message(state, message)?;
+            let rejected = std::mem::take(&mut merge.rejected);
+            let commit =
+                (!merge.is_empty()).then(|| Self::check_and_repair(doc, doc_id, merge, now_ms));
+            Ok::<_, crate::model::ModelError>((rejected, commit))
         }));
-        let (merge, commit) = match merged {
+        let (rejected, commit) = match merged {
             Ok(Ok(m)) => m,
             Ok(Err(e)) => {
                 return self.fail(c, 1008, "sync_refused", format!("sync refused: {e}"), fx);
@@ -452,8 +453,8 @@ impl HubCore {
                 return self.crashed(c, doc_id, fx);
             }
         };
-        if !merge.rejected.is_empty() {
-            tracing::warn!(conn = c.0, doc = %doc_id, rejected = ?merge.rejected, "changes refused");
+        if !rejected.is_empty() {
+            tracing::warn!(conn = c.0, doc = %doc_id, ?rejected, "changes refused");
         }
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return;
@@ -546,24 +547,17 @@ impl HubCore {
             events: Vec::new(),
             reported: Vec::new(),
         };
-        let mut merges = vec![merge.clone()];
-        let report = match doc.authority.process(&mut doc.list, merge, now_ms) {
+        let report = match doc.authority.process(&mut doc.list, merge.clone(), now_ms) {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(doc = %doc_id, error = %e, "repair failed; the merge stands as is");
                 Default::default()
             }
         };
-        merges.extend(report.repairs.iter().cloned());
-        for m in &merges {
-            for c in &m.changes {
-                let Ok(hash) = c.hash.parse::<ChangeHash>() else {
-                    continue;
-                };
-                if let Some(bytes) = doc.list.change_bytes(&hash) {
-                    commit.changes.push((hash, bytes));
-                }
-            }
+        for m in std::iter::once(&merge).chain(&report.repairs) {
+            commit
+                .changes
+                .extend(m.changes.iter().map(|c| c.change.clone()));
             if let Some(ev) = tasks_changed(&doc.list, m) {
                 commit.events.push(ev);
             }
@@ -583,8 +577,8 @@ impl HubCore {
         for r in &report.repairs {
             if let Some(c) = r.changes.first() {
                 commit.events.push(EventBody::Repaired {
-                    change: c.hash.clone(),
-                    notes: c.message.iter().cloned().collect(),
+                    change: c.hash(),
+                    notes: c.change.message().map(str::to_owned).into_iter().collect(),
                 });
             }
         }
@@ -600,11 +594,11 @@ fn tasks_changed(list: &TodoList, m: &Merge) -> Option<EventBody> {
     let agents: BTreeSet<String> = m
         .changes
         .iter()
-        .filter_map(|c| list.agent_of(&c.actor))
+        .filter_map(|c| list.agent_of(c.actor()))
         .collect();
     Some(EventBody::TasksChanged {
         agents: agents.into_iter().collect(),
-        changes: m.changes.iter().map(|c| c.hash.clone()).collect(),
+        changes: m.changes.iter().map(ChangeInfo::hash).collect(),
         tasks: m
             .tasks
             .iter()

@@ -46,20 +46,28 @@ pub(crate) async fn commit(
             .await?;
         known.insert(commit.doc);
     }
-    let mut batch = Batch::default();
-    for (_, bytes) in commit.changes {
-        batch.changes.push(ChangeRecord::from_bytes(bytes)?);
-    }
-    for body in &commit.events {
-        batch.events.push(NewEvent::new(
-            kind(body),
-            &StoredBody {
-                at_ms: now_ms,
-                body,
-            },
-        )?);
-    }
-    batch.reported = commit.reported;
+    let events = commit
+        .events
+        .iter()
+        .map(|body| {
+            NewEvent::new(
+                kind(body),
+                &StoredBody {
+                    at_ms: now_ms,
+                    body,
+                },
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let batch = Batch {
+        changes: commit
+            .changes
+            .iter()
+            .map(ChangeRecord::from_change)
+            .collect(),
+        events,
+        reported: commit.reported,
+    };
     store.commit_merge(doc, batch).await?;
     Ok(())
 }

@@ -128,67 +128,54 @@ fn check_id_text(kind: &'static str, s: &str, max: usize) -> Result<(), IdError>
     Ok(())
 }
 
-/// The id of one running peer (a browser tab, an agent process, the hub).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PeerId(String);
+/// A text id newtype: 1..=`$max` bytes, checked by [`check_id_text`].
+macro_rules! text_id {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $max:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
 
-impl PeerId {
-    /// A peer id of 1..=[`PEER_ID_BYTES_MAX`] bytes.
-    pub fn new(id: impl Into<String>) -> Result<Self, IdError> {
-        let id = id.into();
-        check_id_text("peer id", &id, PEER_ID_BYTES_MAX)?;
-        Ok(Self(id))
-    }
+        impl $name {
+            #[doc = concat!("A ", $kind, " of 1..=[`", stringify!($max), "`] bytes.")]
+            pub fn new(id: impl Into<String>) -> Result<Self, IdError> {
+                let id = id.into();
+                check_id_text($kind, &id, $max)?;
+                Ok(Self(id))
+            }
 
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+            /// The id as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::new(s)
+            }
+        }
+    };
 }
 
-impl fmt::Display for PeerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl FromStr for PeerId {
-    type Err = IdError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::new(s)
-    }
-}
-
-/// The id of a peer's storage, which outlives the peer's process.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StorageId(String);
-
-impl StorageId {
-    /// A storage id of 1..=[`STORAGE_ID_BYTES_MAX`] bytes.
-    pub fn new(id: impl Into<String>) -> Result<Self, IdError> {
-        let id = id.into();
-        check_id_text("storage id", &id, STORAGE_ID_BYTES_MAX)?;
-        Ok(Self(id))
-    }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for StorageId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl FromStr for StorageId {
-    type Err = IdError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::new(s)
-    }
-}
+text_id!(
+    /// The id of one running peer (a browser tab, an agent process, the hub).
+    PeerId,
+    "peer id",
+    PEER_ID_BYTES_MAX
+);
+text_id!(
+    /// The id of a peer's storage, which outlives the peer's process.
+    StorageId,
+    "storage id",
+    STORAGE_ID_BYTES_MAX
+);
 
 /// The id of one Automerge document: 16 bytes, written as base58check like
 /// automerge-repo does (`62WrzojrJVabK2nwtaQJQVU3F7g`).

@@ -36,18 +36,25 @@ pub(crate) struct Entry {
 }
 
 /// What one applied change touched.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ChangeInfo {
-    /// Hex hash of the change.
-    pub hash: String,
-    /// The change's actor.
-    pub actor: ActorId,
-    /// Its commit message (the writer's explanation, if any).
-    pub message: Option<String>,
+    /// The change itself (its hash, actor, message — the writer's explanation — and
+    /// dependencies; and its bytes, for the store).
+    pub change: Change,
     /// Tasks it touched, with the fields (`""` = the task entry itself).
     pub touched: BTreeMap<String, BTreeSet<String>>,
-    /// The change's dependencies (its parent state).
-    pub deps: Vec<automerge::ChangeHash>,
+}
+
+impl ChangeInfo {
+    /// Hex hash of the change.
+    pub fn hash(&self) -> String {
+        self.change.hash().to_string()
+    }
+
+    /// The change's actor.
+    pub fn actor(&self) -> &ActorId {
+        self.change.actor_id()
+    }
 }
 
 /// How one task moved in a merge.
@@ -62,7 +69,7 @@ pub struct TaskDelta {
 }
 
 /// What a merge (or a local write) did to the list: the input of the authority.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Merge {
     /// The changes that were applied, in the order they were given.
     pub changes: Vec<ChangeInfo>,
@@ -283,11 +290,8 @@ impl Index {
                     .extend(fs.iter().cloned());
             }
             infos.push(ChangeInfo {
-                hash: change.hash().to_string(),
-                actor: change.actor_id().clone(),
-                message: change.message().map(str::to_owned),
+                change: change.clone(),
                 touched,
-                deps: change.deps().to_vec(),
             });
         }
 

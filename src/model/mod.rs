@@ -635,11 +635,6 @@ impl TodoList {
         automerge::sync::SyncDoc::generate_sync_message(&self.doc, state)
     }
 
-    /// The stored bytes of a change this replica holds.
-    pub fn change_bytes(&self, hash: &ChangeHash) -> Option<Vec<u8>> {
-        automerge::ReadDoc::get_change_by_hash(&self.doc, hash).map(|c| c.raw_bytes().to_vec())
-    }
-
     /// Pulls every change `other` has and this replica lacks.
     pub fn merge_from(&mut self, other: &TodoList) -> Result<Merge, ModelError> {
         let changes = self.doc.get_changes_added(&other.doc);

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 use automerge::{transaction::Transactable, ActorId, Automerge, ObjType, ReadDoc};
 use swarmtodo::model::{TodoList, WriteContext};
@@ -116,6 +116,8 @@ pub struct HubProc {
     pub child: Child,
     /// `ws://127.0.0.1:PORT`.
     pub url: String,
+    /// Kept open so that the hub never writes into a closed pipe.
+    _stdout: BufReader<ChildStdout>,
 }
 
 impl HubProc {
@@ -137,15 +139,53 @@ impl HubProc {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start the hub");
-        let stdout = child.stdout.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
+        stdout.read_line(&mut line).unwrap();
         let url = line
             .trim()
             .strip_prefix("swarmtodo listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
             .to_owned();
-        HubProc { child, url }
+        HubProc {
+            child,
+            url,
+            _stdout: stdout,
+        }
+    }
+
+    /// Panics if the hub process has exited.
+    pub fn assert_alive(&mut self, when: &str) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!("the hub process died {when}: {status}");
+        }
+    }
+
+    /// The hub's resident set size, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// The hub's peak resident set size so far, in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the hub's /proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in {status}"))
+    }
+
+    /// Open file descriptors of the hub (its sockets among them).
+    pub fn fd_count(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .map(|d| d.count())
+            .unwrap_or(0)
     }
 
     /// `kill -9`.
@@ -168,4 +208,50 @@ pub fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// The lead's plan: t1..t3, pending, unowned, written by "lead" (actor 1).
+pub fn planned() -> TodoList {
+    let mut lead = TodoList::create(actor(1));
+    write(
+        &mut lead,
+        "lead",
+        patch(vec![
+            upsert(task("t1", "Read the issue")),
+            upsert(task("t2", "Write the parser")),
+            upsert(task("t3", "Write the tests")),
+        ]),
+    );
+    lead
+}
+
+/// Runs `tests/js/repo_client.mjs` (the real automerge-repo client) against the hub at
+/// `url` on list `doc`, and returns its JSON report (`{"before", "after"}`).
+pub async fn run_js_repo_client(
+    url: &str,
+    doc: swarmtodo::hub::wire::DocumentId,
+) -> serde_json::Value {
+    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+    assert!(
+        js.join("node_modules/@automerge/automerge-repo").exists(),
+        "the JS peer is not installed: run `npm install --prefix tests/js` (.ci/run does)"
+    );
+    let url = url.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(js.join("repo_client.mjs"))
+            .arg(&url)
+            .arg(doc.to_string())
+            .output()
+            .expect("node must be installed")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "JS client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
