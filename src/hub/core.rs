@@ -30,6 +30,20 @@ pub const DOCS_MAX: usize = 100_000;
 /// (loading then costs one snapshot plus at most this many changes).
 pub const COMPACT_AFTER_CHANGES: usize = 1_000;
 
+/// History work one connection may make the hub do before it must wait, in units: a
+/// sync step the recent-changes window cannot answer (a fresh peer that needs the
+/// whole list, a peer far behind) walks the list's history and costs
+/// [`CHANGE_WORK_UNITS`] per change plus one per op of the list. A step is allowed while
+/// the budget is positive (so any peer can make its first full sync of even the largest
+/// list) and may leave it in debt, which time repays.
+pub const SYNC_WORK_BURST: i64 = 2_000_000;
+/// Work units a connection earns back per second (about one whole-history sync of a
+/// 1,000-change list per second; automerge rebuilds every change it sends).
+pub const SYNC_WORK_PER_SECOND: i64 = 100_000;
+/// Work units one change of the history costs a stock sync step (automerge rebuilds
+/// each change it sends from its op columns: ~100× the cost of an op).
+pub const CHANGE_WORK_UNITS: i64 = 100;
+
 /// A connection, as the runtime numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnId(pub u64);
@@ -127,6 +141,40 @@ struct Conn {
     state: ConnState,
     /// Documents this connection syncs.
     docs: BTreeSet<DocumentId>,
+    /// History work this connection may still cause (see [`SYNC_WORK_BURST`]).
+    work: WorkBudget,
+}
+
+/// A token bucket of history work (see [`SYNC_WORK_BURST`]).
+#[derive(Debug)]
+struct WorkBudget {
+    units: i64,
+    at_ms: i64,
+}
+
+impl WorkBudget {
+    fn new(now_ms: i64) -> WorkBudget {
+        WorkBudget {
+            units: SYNC_WORK_BURST,
+            at_ms: now_ms,
+        }
+    }
+
+    /// Refills for the time since the last call, then takes `cost` units if the budget
+    /// is positive (it may go into debt); false when it is not.
+    fn take(&mut self, now_ms: i64, cost: i64) -> bool {
+        let elapsed = now_ms.saturating_sub(self.at_ms).max(0);
+        self.units = self
+            .units
+            .saturating_add(elapsed.saturating_mul(SYNC_WORK_PER_SECOND) / 1_000)
+            .min(SYNC_WORK_BURST);
+        self.at_ms = self.at_ms.max(now_ms);
+        if self.units <= 0 {
+            return false;
+        }
+        self.units = self.units.saturating_sub(cost);
+        true
+    }
 }
 
 /// One list held by the hub.
@@ -213,6 +261,7 @@ impl HubCore {
                     Conn {
                         state: ConnState::Handshake,
                         docs: BTreeSet::new(),
+                        work: WorkBudget::new(now_ms),
                     },
                 );
             }
@@ -431,6 +480,7 @@ impl HubCore {
             return;
         };
         let before = doc.list.heads();
+        let stock_before = doc.list.sync_counters().stock;
         // Automerge can still panic on a crafted change that passed validation (an op
         // on an object that does not exist). Contain it to this list: drop the list from
         // memory, close its peers, and have the runtime reload it from the store (which
@@ -473,12 +523,13 @@ impl HubCore {
             }
         }
         let moved = doc.list.heads() != before;
-        // Answer the sender, and tell every other peer of this list what is new.
-        let targets: Vec<ConnId> = if moved {
-            doc.peers.keys().copied().collect()
-        } else {
-            vec![c]
-        };
+        // Answer the sender first, then tell every other peer of this list what is new.
+        let mut targets: Vec<ConnId> = vec![c];
+        if moved {
+            targets.extend(doc.peers.keys().copied().filter(|t| *t != c));
+        }
+        // Peers that were in step get the same message: encode it once.
+        let mut last: Option<(sync::Message, Vec<u8>)> = None;
         for t in targets {
             let Some(Conn {
                 state: ConnState::Ready(target_id),
@@ -490,16 +541,70 @@ impl HubCore {
             let Some(state) = doc.peers.get_mut(&t) else {
                 continue;
             };
-            if let Some(m) = doc.list.generate_sync_message(state) {
-                let out = WireMessage::Sync {
-                    document_id: doc_id,
-                    sender_id: self.config.peer_id.clone(),
-                    target_id: target_id.clone(),
-                    data: m.encode(),
-                };
-                fx.sends.push((t, wire::encode(&out)));
+            let target_id = target_id.clone();
+            let m = doc.list.generate_sync_message(state);
+            if t == c && !Self::charge(&mut self.conns, doc, c, now_ms, stock_before) {
+                return self.over_budget(c, doc_id, fx);
             }
+            let Some(m) = m else {
+                continue;
+            };
+            let data = match &last {
+                Some((lm, bytes)) if *lm == m => bytes.clone(),
+                _ => {
+                    let bytes = m.clone().encode();
+                    last = Some((m, bytes.clone()));
+                    bytes
+                }
+            };
+            let out = WireMessage::Sync {
+                document_id: doc_id,
+                sender_id: self.config.peer_id.clone(),
+                target_id,
+                data,
+            };
+            fx.sends.push((t, wire::encode(&out)));
         }
+    }
+
+    /// Charges connection `c` for the history work its message caused (stock sync
+    /// steps since `stock_before`, each costing the list's size). False when its
+    /// budget is exhausted.
+    fn charge(
+        conns: &mut BTreeMap<ConnId, Conn>,
+        doc: &DocState,
+        c: ConnId,
+        now_ms: i64,
+        stock_before: u64,
+    ) -> bool {
+        let steps = doc.list.sync_counters().stock.saturating_sub(stock_before);
+        if steps == 0 {
+            return true;
+        }
+        let stats = automerge::ReadDoc::stats(doc.list.doc());
+        let size = i64::try_from(stats.num_changes)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(CHANGE_WORK_UNITS)
+            .saturating_add(i64::try_from(stats.num_ops).unwrap_or(i64::MAX));
+        let cost = i64::try_from(steps)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(size);
+        conns
+            .get_mut(&c)
+            .is_none_or(|conn| conn.work.take(now_ms, cost))
+    }
+
+    fn over_budget(&mut self, c: ConnId, doc_id: DocumentId, fx: &mut Effects) {
+        tracing::warn!(conn = c.0, doc = %doc_id, "sync work budget exhausted");
+        self.fail(
+            c,
+            1008,
+            "sync_budget",
+            format!(
+                "this connection made the hub walk the whole list history too often (budget {SYNC_WORK_BURST} units, {SYNC_WORK_PER_SECOND}/s): keep your sync state between messages instead of starting over, or reconnect later"
+            ),
+            fx,
+        );
     }
 
     /// A list whose merge panicked: forget it, close the offender and the list's other

@@ -8,13 +8,18 @@
 //! - a Bloom filter with 2^32 − 1 probes (15 bytes) makes `generate_sync_message`
 //!   allocate 16 GiB and abort;
 //! - a compressed change chunk of 254 KiB inflates to ~790 MB before any checksum is
-//!   looked at, and DEFLATE-compressed columns of document chunks do the same.
+//!   looked at, and DEFLATE-compressed columns of document chunks do the same;
+//! - an 81-byte change chunk declares 2^40 ops by run-length encoding, and
+//!   `Change::from_bytes` walks every one of them before it returns.
 //!
 //! [`validate`] parses the whole format itself (message type, heads, need, the `have`
 //! entries with their last-sync hashes and Bloom filters, every change chunk and the
-//! flags) against [`Limits`], measures what every DEFLATE stream inflates to without
-//! keeping the output (and stops at the bound), and only then lets automerge decode
-//! the message. Nothing here allocates in proportion to a count read from the input.
+//! flags) against [`Limits`], measures what every DEFLATE stream inflates to (and stops
+//! at the bound), counts the ops (and changes) every chunk's columns declare by adding
+//! up run lengths without expanding a run, and only then lets automerge decode the
+//! message. Nothing here allocates in proportion to a count read from the input; what
+//! it keeps of an inflated stream (to count the runs in it) stays under the inflation
+//! bounds.
 //!
 //! ```
 //! use automerge::{sync::{self, SyncDoc}, transaction::Transactable, AutoCommit, ROOT};
@@ -64,11 +69,42 @@ pub const BLOOM_PROBES_MAX: u32 = 32;
 pub const BLOOM_BYTES_HARD_MAX: usize = (1 << 28) - 1;
 /// Most columns in one chunk. automerge's formats define fewer than 32.
 pub const COLUMNS_COUNT_MAX: u64 = 128;
+/// Most ops one change may declare, and most predecessors its ops may name together.
+///
+/// automerge reads a change op by op (`Change::from_bytes` walks them all before it
+/// returns; applying then builds each one), and run-length encoding lets a few bytes
+/// declare any number, so the count needs a bound of its own. Bytes cannot give one: a
+/// change that deletes a long run of list elements is a few dozen bytes whatever its
+/// length. A change of a todo list has a handful to a few thousand ops; the largest
+/// write the protocol allows ([`WRITE_OPS_MAX`](crate::proto::WRITE_OPS_MAX) tasks, each
+/// a map with seven fields and up to
+/// [`BLOCKED_BY_COUNT_MAX`](crate::proto::BLOCKED_BY_COUNT_MAX) dependencies) has about
+/// 750,000, and a peer must be able to send what it was allowed to write. At 2^20, one
+/// change costs automerge about 0.3 s to read and 2.5 s to apply (release build).
+pub const OPS_PER_CHANGE_MAX: usize = 1 << 20;
+/// Most ops all chunks of one message may declare together, counting each predecessor
+/// (or successor) an op names and each change of a document or bundle chunk as one
+/// more: automerge decodes and allocates each of them.
+///
+/// Without it, [`CHANGES_COUNT_MAX`] changes each within [`OPS_PER_CHANGE_MAX`] would
+/// add up to 2^36. A first sync carries the whole document (as one chunk, or as all of
+/// its changes), so this is also the largest document a peer can hand the hub at once:
+/// room for 400 ops of history for each task of the largest list
+/// ([`LIST_TASKS_MAX`](crate::proto::LIST_TASKS_MAX)), or four of the largest changes.
+pub const OPS_PER_MESSAGE_MAX: usize = 1 << 22;
 
 const _: () = assert!(SYNC_MESSAGE_BYTES_MAX <= super::wire::MESSAGE_BYTES_MAX);
 const _: () = assert!(BLOOM_BYTES_MAX <= BLOOM_BYTES_HARD_MAX);
 const _: () = assert!(CHANGE_BYTES_MAX <= SYNC_MESSAGE_BYTES_MAX);
 const _: () = assert!(INFLATED_BYTES_MAX >= CHANGE_BYTES_MAX);
+const _: () = assert!(OPS_PER_CHANGE_MAX <= OPS_PER_MESSAGE_MAX);
+// The largest write: for each task, its map, its 7 fields, its dependency list and that
+// list's entries; and the removal of a task it replaces.
+const _: () = assert!(
+    OPS_PER_CHANGE_MAX
+        >= crate::proto::WRITE_OPS_MAX * (1 + 7 + 1 + crate::proto::BLOCKED_BY_COUNT_MAX + 1)
+);
+const _: () = assert!(OPS_PER_MESSAGE_MAX >= 400 * crate::proto::LIST_TASKS_MAX);
 
 const MESSAGE_TYPE_SYNC_V1: u8 = 0x42;
 const MESSAGE_TYPE_SYNC_V2: u8 = 0x43;
@@ -81,6 +117,21 @@ const CHUNK_TYPE_COMPRESSED: u8 = 2;
 const CHUNK_TYPE_BUNDLE: u8 = 3;
 /// Bit of a column specification that marks DEFLATE-compressed column data.
 const COLUMN_DEFLATE_BIT: u32 = 0b1000;
+/// Bits of a column specification that give the column's type.
+const COLUMN_TYPE_BITS: u32 = 0b0111;
+/// A column specification's id is what is left above the type and deflate bits.
+const COLUMN_ID_SHIFT: u32 = 4;
+/// Column types (the storage format's). A group column holds, for each row, how many
+/// rows of the columns with its id that follow it belong to that row.
+const COLUMN_TYPE_GROUP: u32 = 0;
+const COLUMN_TYPE_ACTOR: u32 = 1;
+const COLUMN_TYPE_INTEGER: u32 = 2;
+const COLUMN_TYPE_DELTA: u32 = 3;
+const COLUMN_TYPE_BOOLEAN: u32 = 4;
+const COLUMN_TYPE_STRING: u32 = 5;
+const COLUMN_TYPE_VALUE_METADATA: u32 = 6;
+/// Raw value bytes, sliced by the metadata column: no rows of its own.
+const COLUMN_TYPE_VALUE: u32 = 7;
 
 /// The limits a sync message is checked against.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +150,11 @@ pub struct Limits {
     pub change_bytes_max: usize,
     /// Most bytes all DEFLATE streams of the message may inflate to together.
     pub inflated_bytes_max: usize,
+    /// Most ops one change may declare (and most predecessors its ops may name).
+    pub ops_per_change_max: usize,
+    /// Most ops all chunks may declare together, predecessors and successors, and the
+    /// changes of documents and bundles included.
+    pub ops_per_message_max: usize,
 }
 
 impl Default for Limits {
@@ -111,6 +167,8 @@ impl Default for Limits {
             changes_count_max: CHANGES_COUNT_MAX,
             change_bytes_max: CHANGE_BYTES_MAX,
             inflated_bytes_max: INFLATED_BYTES_MAX,
+            ops_per_change_max: OPS_PER_CHANGE_MAX,
+            ops_per_message_max: OPS_PER_MESSAGE_MAX,
         }
     }
 }
@@ -214,10 +272,30 @@ pub enum SyncMsgError {
         /// The limit that was hit.
         max: usize,
     },
+    /// A chunk's columns declare more ops than a limit allows (run-length encoding
+    /// lets a few bytes declare any number).
+    #[error("chunk {index} declares {count} ops, the limit is {max} {limit}")]
+    TooManyOps {
+        /// Ordinal of the chunk in the message, from 0.
+        index: usize,
+        /// Ops declared: by the chunk, or by the message up to and including it.
+        count: u64,
+        /// Which limit: [`OPS_LIMIT_PER_CHANGE`] or [`OPS_LIMIT_PER_MESSAGE`].
+        limit: &'static str,
+        /// The limit.
+        max: usize,
+    },
     /// The checks passed but automerge still refused the message.
     #[error("automerge refused the sync message: {0}")]
     Automerge(String),
 }
+
+/// [`SyncMsgError::TooManyOps::limit`] when one change declares more than
+/// [`Limits::ops_per_change_max`].
+pub const OPS_LIMIT_PER_CHANGE: &str = "ops per change";
+/// [`SyncMsgError::TooManyOps::limit`] when the message's chunks together declare more
+/// than [`Limits::ops_per_message_max`].
+pub const OPS_LIMIT_PER_MESSAGE: &str = "ops per message";
 
 impl SyncMsgError {
     /// A stable, machine-readable code for this error.
@@ -236,6 +314,7 @@ impl SyncMsgError {
             Self::ChunkInvalid { .. } => "chunk_invalid",
             Self::DeflateInvalid { .. } => "deflate_invalid",
             Self::InflateBound { .. } => "inflate_bound",
+            Self::TooManyOps { .. } => "too_many_ops",
             Self::Automerge(_) => "automerge_rejected",
         }
     }
@@ -267,6 +346,10 @@ pub struct Summary {
     pub change_bytes: usize,
     /// Bytes all DEFLATE streams inflate to.
     pub inflated_bytes: usize,
+    /// Ops all chunks declare, counting each predecessor or successor an op names and
+    /// each change of a document or bundle as one more: what
+    /// [`Limits::ops_per_message_max`] bounds.
+    pub ops_count: u64,
     /// Whether the message carries the flags section.
     pub has_flags: bool,
 }
@@ -356,6 +439,7 @@ pub fn check(bytes: &[u8], limits: &Limits) -> Result<Summary, SyncMsgError> {
         count: 0,
         bytes: 0,
         inflated: 0,
+        ops: 0,
     };
     for _ in 0..entries {
         let len = r.leb128_u64().map_err(|e| e.malformed())?;
@@ -379,6 +463,7 @@ pub fn check(bytes: &[u8], limits: &Limits) -> Result<Summary, SyncMsgError> {
         chunks_count: chunks.count,
         change_bytes: chunks.bytes,
         inflated_bytes: chunks.inflated,
+        ops_count: chunks.ops,
         has_flags,
     })
 }
@@ -443,6 +528,8 @@ struct Chunks<'l> {
     bytes: usize,
     /// Bytes inflated so far, over all DEFLATE streams.
     inflated: usize,
+    /// Ops declared so far, over all chunks (as [`Summary::ops_count`] counts them).
+    ops: u64,
 }
 
 impl Chunks<'_> {
@@ -498,17 +585,63 @@ impl Chunks<'_> {
             .map_err(|_| self.invalid("chunk longer than its entry"))?;
         self.bytes += data.len();
         match chunk_type {
-            // Change chunks with compressed columns are refused by automerge without
-            // inflating them; there is nothing to bound.
-            CHUNK_TYPE_CHANGE => Ok(()),
+            CHUNK_TYPE_CHANGE => self.change(data),
+            // A change chunk whose whole body is one DEFLATE stream.
             CHUNK_TYPE_COMPRESSED => {
-                let bound = self.limits.change_bytes_max;
-                self.inflate(data, bound)
+                let body = self.inflate_kept(data, self.limits.change_bytes_max)?;
+                self.change(&body)
             }
             CHUNK_TYPE_DOCUMENT => self.document(data),
             CHUNK_TYPE_BUNDLE => self.bundle(data),
             _ => Err(self.invalid("unknown chunk type")),
         }
+    }
+
+    /// Change chunk: dependencies, actor, sequence number, the first op's counter,
+    /// time, message, other actors, op column metadata, op column data, then extra
+    /// bytes automerge keeps as they are. automerge walks every op the columns declare
+    /// before it returns the change, so they must agree on how many there are, and
+    /// that number must be within the limits.
+    fn change(&mut self, data: &[u8]) -> Result<(), SyncMsgError> {
+        let mut r = Reader::new(data);
+        self.skip_hashes(&mut r)?;
+        self.actor_id(&mut r)?;
+        r.leb128_u64()
+            .map_err(|_| self.invalid("bad sequence number"))?;
+        let start_op = r.leb128_u64().map_err(|_| self.invalid("bad start op"))?;
+        if start_op == 0 {
+            return Err(self.invalid("start op is zero"));
+        }
+        r.skip_leb128().map_err(|_| self.invalid("bad time"))?;
+        let message_len = r.leb128_u64().map_err(|_| self.invalid("bad message"))?;
+        r.take(message_len)
+            .map_err(|_| self.invalid("bad message"))?;
+        self.actor_ids(&mut r)?;
+        let columns = self.columns(&mut r)?;
+        // automerge refuses these before reading an op.
+        if columns.iter().any(|c| c.deflate) {
+            return Err(self.invalid("compressed column in a change"));
+        }
+        let ops = self.rows(&mut r, &columns)?;
+        let max = self.limits.ops_per_change_max;
+        if ops.widest > max as u64 {
+            return Err(SyncMsgError::TooManyOps {
+                index: self.count,
+                count: ops.widest,
+                limit: OPS_LIMIT_PER_CHANGE,
+                max,
+            });
+        }
+        if ops.disagree {
+            return Err(self.invalid("op columns disagree on the number of ops"));
+        }
+        // Op counters are 32-bit in automerge: it refuses a change that starts past
+        // them (once it has walked the ops), and the last op's counter must fit too.
+        let last_op = start_op.saturating_add(ops.ops.saturating_sub(1));
+        if last_op > u64::from(u32::MAX) {
+            return Err(self.invalid("op counters past 2^32"));
+        }
+        self.add_ops(ops.declared())
     }
 
     /// Document chunk: actors, heads, change and op column metadata, then the change
@@ -519,9 +652,10 @@ impl Chunks<'_> {
         self.skip_hashes(&mut r)?;
         let change_columns = self.columns(&mut r)?;
         let op_columns = self.columns(&mut r)?;
-        self.column_data(&mut r, &change_columns)?;
-        self.column_data(&mut r, &op_columns)?;
-        Ok(())
+        let changes = self.rows(&mut r, &change_columns)?;
+        self.add_ops(changes.declared())?;
+        let ops = self.rows(&mut r, &op_columns)?;
+        self.add_ops(ops.declared())
     }
 
     /// Bundle chunk: dependencies, actors, change columns and their data, op columns
@@ -531,9 +665,31 @@ impl Chunks<'_> {
         self.skip_hashes(&mut r)?;
         self.actor_ids(&mut r)?;
         let change_columns = self.columns(&mut r)?;
-        self.column_data(&mut r, &change_columns)?;
+        let changes = self.rows(&mut r, &change_columns)?;
+        self.add_ops(changes.declared())?;
         let op_columns = self.columns(&mut r)?;
-        self.column_data(&mut r, &op_columns)?;
+        let ops = self.rows(&mut r, &op_columns)?;
+        self.add_ops(ops.declared())
+    }
+
+    /// Count `declared` ops against the message's limit.
+    fn add_ops(&mut self, declared: u64) -> Result<(), SyncMsgError> {
+        self.ops = self.ops.saturating_add(declared);
+        let max = self.limits.ops_per_message_max;
+        if self.ops > max as u64 {
+            return Err(SyncMsgError::TooManyOps {
+                index: self.count,
+                count: self.ops,
+                limit: OPS_LIMIT_PER_MESSAGE,
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    fn actor_id(&self, r: &mut Reader<'_>) -> Result<(), SyncMsgError> {
+        let len = r.leb128_u64().map_err(|_| self.invalid("bad actor id"))?;
+        r.take(len).map_err(|_| self.invalid("bad actor id"))?;
         Ok(())
     }
 
@@ -542,8 +698,7 @@ impl Chunks<'_> {
             .leb128_u64()
             .map_err(|_| self.invalid("bad actor count"))?;
         for _ in 0..count {
-            let len = r.leb128_u64().map_err(|_| self.invalid("bad actor id"))?;
-            r.take(len).map_err(|_| self.invalid("bad actor id"))?;
+            self.actor_id(r)?;
         }
         Ok(())
     }
@@ -574,6 +729,7 @@ impl Chunks<'_> {
                 .leb128_u64()
                 .map_err(|_| self.invalid("bad column length"))?;
             columns.push(Column {
+                spec,
                 deflate: spec & COLUMN_DEFLATE_BIT != 0,
                 len,
             });
@@ -581,29 +737,91 @@ impl Chunks<'_> {
         Ok(columns)
     }
 
-    /// The data of `columns`, in order, inflating each compressed one under the bound.
-    fn column_data(&mut self, r: &mut Reader<'_>, columns: &[Column]) -> Result<(), SyncMsgError> {
+    /// The data of `columns`, in order: the rows each declares, counted run by run
+    /// (each compressed column inflated under the bound first), and whether they agree.
+    ///
+    /// A group column starts a group: the columns with its id that follow it have, for
+    /// each of its rows, as many rows as its value there. Every other column has a row
+    /// per op (or per change). automerge's encoders write a column in full, or not at
+    /// all when every row would be null or false.
+    fn rows(&mut self, r: &mut Reader<'_>, columns: &[Column]) -> Result<Rows, SyncMsgError> {
+        let mut rows = Rows::default();
+        // Rows of each column outside a group; at most COLUMNS_COUNT_MAX of them.
+        let mut outer = Vec::new();
+        let mut group: Option<(u32, u64)> = None;
         for column in columns {
             let data = r
                 .take(column.len)
                 .map_err(|_| self.invalid("column data past the end of the chunk"))?;
-            if column.deflate {
-                self.inflate(data, usize::MAX)?;
+            let id = column.spec >> COLUMN_ID_SHIFT;
+            let kind = column.spec & COLUMN_TYPE_BITS;
+            if group.is_some_and(|(group_id, _)| group_id != id) {
+                group = None;
+            }
+            if kind == COLUMN_TYPE_VALUE {
+                // Bytes that the metadata column slices: no rows of their own.
+                if column.deflate {
+                    self.inflate(data, usize::MAX)?;
+                }
+                continue;
+            }
+            let counted = if column.deflate {
+                let kept = self.inflate_kept(data, usize::MAX)?;
+                runs::count(kind, &kept)
+            } else {
+                runs::count(kind, data)
+            }
+            .map_err(|reason| self.invalid(reason))?;
+            rows.widest = rows.widest.max(counted.rows).max(counted.sum);
+            match group {
+                Some((_, sum)) if kind != COLUMN_TYPE_GROUP => {
+                    if counted.rows != 0 && counted.rows != sum {
+                        rows.disagree = true;
+                    }
+                }
+                _ => {
+                    outer.push(counted.rows);
+                    if kind == COLUMN_TYPE_GROUP {
+                        group = Some((id, counted.sum));
+                        rows.grouped = rows.grouped.saturating_add(counted.sum);
+                    }
+                }
             }
         }
-        Ok(())
+        rows.ops = outer.iter().copied().max().unwrap_or(0);
+        if outer.iter().any(|&n| n != 0 && n != rows.ops) {
+            rows.disagree = true;
+        }
+        Ok(rows)
     }
 
     /// Inflate one DEFLATE stream without keeping the output, refusing it once it
     /// passes `bound` or the message's remaining inflation budget.
     fn inflate(&mut self, data: &[u8], bound: usize) -> Result<(), SyncMsgError> {
+        self.inflate_into(data, bound, &mut inflate::Discard)
+    }
+
+    /// Inflate one DEFLATE stream as [`Chunks::inflate`] does, keeping the output (so
+    /// it never holds more than the bounds allow).
+    fn inflate_kept(&mut self, data: &[u8], bound: usize) -> Result<Vec<u8>, SyncMsgError> {
+        let mut kept = inflate::Keep::default();
+        self.inflate_into(data, bound, &mut kept)?;
+        Ok(kept.0)
+    }
+
+    fn inflate_into(
+        &mut self,
+        data: &[u8],
+        bound: usize,
+        sink: &mut impl inflate::Sink,
+    ) -> Result<(), SyncMsgError> {
         let budget = self.limits.inflated_bytes_max.saturating_sub(self.inflated);
         let (bound, max) = if bound < budget {
             (bound, bound)
         } else {
             (budget, self.limits.inflated_bytes_max)
         };
-        match inflate::inflate(data, bound, &mut inflate::Discard) {
+        match inflate::inflate(data, bound, sink) {
             Ok(len) => {
                 self.inflated += len;
                 Ok(())
@@ -620,11 +838,205 @@ impl Chunks<'_> {
     }
 }
 
-/// One column of a document or bundle chunk.
+/// One column of a chunk, as its metadata describes it.
 #[derive(Debug, Clone, Copy)]
 struct Column {
+    /// The column specification: id, deflate bit, type.
+    spec: u32,
     deflate: bool,
     len: u64,
+}
+
+/// What the columns of one chunk section (a change's ops, a document's changes, …)
+/// declare.
+#[derive(Debug, Default, Clone, Copy)]
+struct Rows {
+    /// Rows of the longest column outside a group: the ops (or changes).
+    ops: u64,
+    /// Rows all groups give the columns they group: the predecessors (or successors,
+    /// or dependencies).
+    grouped: u64,
+    /// Rows of the longest column, or the largest group total.
+    widest: u64,
+    /// Whether a column has rows but not as many as its section (or group) does.
+    disagree: bool,
+}
+
+impl Rows {
+    /// What the section costs automerge to read: a step for each op and for each op id
+    /// a group lists, or more if a column declares more (which automerge then refuses,
+    /// or reads past).
+    fn declared(&self) -> u64 {
+        self.ops.saturating_add(self.grouped).max(self.widest)
+    }
+}
+
+/// Counting the rows of a column without expanding its runs.
+///
+/// automerge's column encodings, all of them sequences of LEB128 numbers:
+///
+/// - run-length (actor, integer, string, value metadata and group columns, and delta
+///   columns, which run-length encode the differences): a signed count, then for `n >
+///   0` one value repeated `n` times, for `n < 0` `-n` values as they are, for `n = 0`
+///   an unsigned count of nulls;
+/// - boolean: unsigned counts of alternating runs, starting with `false`;
+/// - value bytes: raw, sliced by the metadata column.
+///
+/// Values are skipped without being decoded, except a group column's counts, which are
+/// added up. A run of 2^40 costs what a run of one does, and a run of values stops at
+/// the end of the data because each value takes at least a byte, so counting is linear
+/// in the column's bytes. Sums saturate: anything past `u64::MAX` is past every limit.
+mod runs {
+    use super::{
+        COLUMN_TYPE_ACTOR, COLUMN_TYPE_BOOLEAN, COLUMN_TYPE_DELTA, COLUMN_TYPE_GROUP,
+        COLUMN_TYPE_INTEGER, COLUMN_TYPE_STRING, COLUMN_TYPE_VALUE_METADATA,
+    };
+
+    /// What one column declares.
+    #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+    pub(super) struct Counted {
+        /// Rows.
+        pub(super) rows: u64,
+        /// For a group column, the sum of its values: the rows of the columns it groups.
+        pub(super) sum: u64,
+    }
+
+    /// The rows a column of type `kind` declares.
+    pub(super) fn count(kind: u32, data: &[u8]) -> Result<Counted, &'static str> {
+        let mut r = Cursor { data, pos: 0 };
+        match kind {
+            COLUMN_TYPE_BOOLEAN => r.boolean(),
+            // A group's values are counts, to add up.
+            COLUMN_TYPE_GROUP => r.run_length(Cursor::unsigned),
+            COLUMN_TYPE_ACTOR | COLUMN_TYPE_INTEGER | COLUMN_TYPE_VALUE_METADATA => {
+                r.run_length(|r| r.unsigned().map(|_| 0))
+            }
+            COLUMN_TYPE_DELTA => r.run_length(|r| r.signed().map(|_| 0)),
+            COLUMN_TYPE_STRING => r.run_length(Cursor::bytes),
+            // Value bytes have no rows of their own.
+            _ => Ok(Counted::default()),
+        }
+    }
+
+    /// A cursor over column data that reads LEB128 as automerge's column decoders do
+    /// (the `leb128` crate): overlong encodings are accepted, values past 64 bits are
+    /// not.
+    struct Cursor<'a> {
+        data: &'a [u8],
+        pos: usize,
+    }
+
+    impl Cursor<'_> {
+        fn is_empty(&self) -> bool {
+            self.pos >= self.data.len()
+        }
+
+        fn byte(&mut self) -> Result<u8, &'static str> {
+            let b = *self
+                .data
+                .get(self.pos)
+                .ok_or("column data ends mid-value")?;
+            self.pos += 1;
+            Ok(b)
+        }
+
+        fn unsigned(&mut self) -> Result<u64, &'static str> {
+            // Most numbers of a column are one byte.
+            if let Some(&b) = self.data.get(self.pos) {
+                if b & 0x80 == 0 {
+                    self.pos += 1;
+                    return Ok(u64::from(b));
+                }
+            }
+            let mut value = 0u64;
+            let mut shift = 0u32;
+            loop {
+                let byte = self.byte()?;
+                if shift == 63 && byte > 1 {
+                    return Err("column value larger than 64 bits");
+                }
+                value |= u64::from(byte & 0x7f) << shift;
+                if byte & 0x80 == 0 {
+                    return Ok(value);
+                }
+                shift += 7;
+            }
+        }
+
+        fn signed(&mut self) -> Result<i64, &'static str> {
+            if let Some(&b) = self.data.get(self.pos) {
+                if b & 0x80 == 0 {
+                    self.pos += 1;
+                    // Bit 6 is the sign.
+                    return Ok(i64::from(b) - if b & 0x40 != 0 { 0x80 } else { 0 });
+                }
+            }
+            let mut value = 0i64;
+            let mut shift = 0u32;
+            loop {
+                let byte = self.byte()?;
+                if shift == 63 && byte != 0 && byte != 0x7f {
+                    return Err("column value larger than 64 bits");
+                }
+                value |= i64::from(byte & 0x7f) << shift;
+                shift += 7;
+                if byte & 0x80 == 0 {
+                    if shift < 64 && byte & 0x40 != 0 {
+                        value |= -1 << shift;
+                    }
+                    return Ok(value);
+                }
+            }
+        }
+
+        /// Skip length-prefixed bytes.
+        fn bytes(&mut self) -> Result<u64, &'static str> {
+            let len = self.unsigned()?;
+            self.pos = usize::try_from(len)
+                .ok()
+                .and_then(|len| self.pos.checked_add(len))
+                .filter(|&end| end <= self.data.len())
+                .ok_or("column value past the end of the column")?;
+            Ok(0)
+        }
+
+        /// Add up the runs. `value` reads one value and returns what it adds to the
+        /// sum (a group's count, else 0).
+        fn run_length(
+            &mut self,
+            value: impl Fn(&mut Self) -> Result<u64, &'static str>,
+        ) -> Result<Counted, &'static str> {
+            let mut counted = Counted::default();
+            while !self.is_empty() {
+                let run = self.signed()?;
+                if run > 0 {
+                    let n = run.unsigned_abs();
+                    let v = value(self)?;
+                    counted.rows = counted.rows.saturating_add(n);
+                    counted.sum = counted.sum.saturating_add(v.saturating_mul(n));
+                } else if run < 0 {
+                    let n = run.unsigned_abs();
+                    counted.rows = counted.rows.saturating_add(n);
+                    // Each value takes a byte at least: the loop ends with the data.
+                    for _ in 0..n {
+                        counted.sum = counted.sum.saturating_add(value(self)?);
+                    }
+                } else {
+                    let nulls = self.unsigned()?;
+                    counted.rows = counted.rows.saturating_add(nulls);
+                }
+            }
+            Ok(counted)
+        }
+
+        fn boolean(&mut self) -> Result<Counted, &'static str> {
+            let mut counted = Counted::default();
+            while !self.is_empty() {
+                counted.rows = counted.rows.saturating_add(self.unsigned()?);
+            }
+            Ok(counted)
+        }
+    }
 }
 
 /// Why a [`Reader`] stopped.
@@ -715,6 +1127,17 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Skip one LEB128 number, signed or not, without decoding it. automerge reads at
+    /// most ten bytes; whether the value fits is its business.
+    fn skip_leb128(&mut self) -> Result<(), ReadError> {
+        for _ in 0..10 {
+            if self.byte()? & 0x80 == 0 {
+                return Ok(());
+            }
+        }
+        Err(self.fail("LEB128 longer than ten bytes"))
+    }
+
     fn leb128_u32(&mut self) -> Result<u32, ReadError> {
         let value = self.leb128_u64()?;
         u32::try_from(value).map_err(|_| self.fail("LEB128 larger than 32 bits"))
@@ -755,6 +1178,35 @@ mod inflate {
     impl Sink for Discard {
         fn bytes(&mut self, _: &[u8]) {}
         fn copy(&mut self, _: usize, _: usize) {}
+    }
+
+    /// Keeps the output, to read what was compressed. It grows only as the decoder
+    /// produces bytes, so never past the bound given to [`inflate`].
+    #[derive(Debug, Default)]
+    pub(super) struct Keep(pub(super) Vec<u8>);
+
+    impl Sink for Keep {
+        fn bytes(&mut self, bytes: &[u8]) {
+            self.0.extend_from_slice(bytes);
+        }
+
+        fn copy(&mut self, distance: usize, length: usize) {
+            // The decoder checked 1 <= distance <= len. A copy longer than its distance
+            // repeats the last `distance` bytes: everything from `start` on has that
+            // period, so copying as much of it as there is (a whole number of periods
+            // until the last piece) doubles what can be copied next.
+            if distance == 0 || distance > self.0.len() {
+                return;
+            }
+            let start = self.0.len() - distance;
+            let mut left = length;
+            while left > 0 {
+                let n = left.min(self.0.len() - start);
+                // start + n <= the length so far.
+                self.0.extend_from_within(start..start + n);
+                left -= n;
+            }
+        }
     }
 
     const CODE_BITS_MAX: usize = 15;
@@ -1192,11 +1644,15 @@ mod tests {
         out
     }
 
+    /// A boolean column (whose data is any number of runs, so that zeros are valid
+    /// whatever their length), compressed.
+    const DEFLATED_BOOLEAN_COLUMN: u32 = (1 << COLUMN_ID_SHIFT) | COLUMN_DEFLATE_BIT | 4;
+
     /// A document chunk whose only column is DEFLATE-compressed `column`.
     fn document_with_deflated_column(column: &[u8]) -> Vec<u8> {
         let mut data = vec![0, 0]; // no actors, no heads
         data.push(1); // one change column
-        data.extend(leb(u64::from((1 << 4) | COLUMN_DEFLATE_BIT)));
+        data.extend(leb(u64::from(DEFLATED_BOOLEAN_COLUMN)));
         data.extend(leb(column.len() as u64));
         data.push(0); // no op columns
         data.extend_from_slice(column);
@@ -1280,7 +1736,7 @@ mod tests {
         // And in a bundle chunk's column.
         let mut bundle = vec![0, 0]; // no dependencies, no actors
         bundle.push(1); // one change column
-        bundle.extend(leb(u64::from((1 << 4) | COLUMN_DEFLATE_BIT)));
+        bundle.extend(leb(u64::from(DEFLATED_BOOLEAN_COLUMN)));
         bundle.extend(leb(bomb.len() as u64));
         bundle.extend_from_slice(&bomb);
         bundle.push(0); // no op columns
@@ -1297,6 +1753,559 @@ mod tests {
             Ok(1 + 3 * 258)
         );
         assert!(out.0.iter().all(|&b| b == 0));
+    }
+
+    fn sleb(mut n: i64) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if (n == 0 && byte & 0x40 == 0) || (n == -1 && byte & 0x40 != 0) {
+                out.push(byte);
+                return out;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+
+    /// `data` as a DEFLATE stream of stored (uncompressed) blocks.
+    fn stored(data: &[u8]) -> Vec<u8> {
+        let blocks: Vec<&[u8]> = if data.is_empty() {
+            vec![&[]]
+        } else {
+            data.chunks(usize::from(u16::MAX)).collect()
+        };
+        let mut out = Vec::new();
+        for (i, block) in blocks.iter().enumerate() {
+            out.push(u8::from(i + 1 == blocks.len())); // final?, stored
+            let len = block.len() as u16;
+            out.extend(len.to_le_bytes());
+            out.extend((!len).to_le_bytes());
+            out.extend_from_slice(block);
+        }
+        out
+    }
+
+    /// Columns of a hand-made chunk: specification and data of each.
+    type Cols = Vec<(u32, Vec<u8>)>;
+
+    /// Column metadata (count, then specification and length of each).
+    fn column_meta(columns: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        let mut out = leb(columns.len() as u64);
+        for (spec, data) in columns {
+            out.extend(leb(u64::from(*spec)));
+            out.extend(leb(data.len() as u64));
+        }
+        out
+    }
+
+    fn column_data(columns: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        columns.iter().flat_map(|(_, d)| d.clone()).collect()
+    }
+
+    /// The body of a change chunk by actor `[actor; 16]` (seq 1, no dependencies, time
+    /// 0, no message) whose first op is `start_op`, with these op columns.
+    fn change_body(actor: u8, start_op: u64, columns: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        let mut data = vec![0, 16];
+        data.extend([actor; 16]);
+        data.push(1);
+        data.extend(leb(start_op));
+        data.extend([0, 0, 0]); // time, message length, other actors
+        data.extend(column_meta(columns));
+        data.extend(column_data(columns));
+        data
+    }
+
+    /// Op columns that declare `n` ops by run-length encoding alone: `n` times "put
+    /// null at key x" in the root, with no predecessors.
+    fn rle_ops(n: u64) -> Cols {
+        let run = sleb(i64::try_from(n).unwrap());
+        vec![
+            (0x15, [run.clone(), vec![1, b'x']].concat()), // key: run of "x"
+            (0x34, leb(n)),                                // insert: n times false
+            (0x42, [run.clone(), vec![1]].concat()),       // action: run of 1 (put)
+            (0x56, [run.clone(), vec![0]].concat()),       // value metadata: run of null
+            (0x70, [run, vec![0]].concat()),               // pred: run of 0
+        ]
+    }
+
+    /// A change chunk (its checksum not computed) of `n` run-length encoded ops, a few
+    /// dozen bytes whatever `n`.
+    fn rle_change(actor: u8, n: u64) -> Vec<u8> {
+        chunk(CHUNK_TYPE_CHANGE, &change_body(actor, 1, &rle_ops(n)))
+    }
+
+    fn document_chunk(changes: &[(u32, Vec<u8>)], ops: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        let mut data = vec![0, 0]; // no actors, no heads
+        data.extend(column_meta(changes));
+        data.extend(column_meta(ops));
+        data.extend(column_data(changes));
+        data.extend(column_data(ops));
+        chunk(CHUNK_TYPE_DOCUMENT, &data)
+    }
+
+    fn bundle_chunk(changes: &[(u32, Vec<u8>)], ops: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        let mut data = vec![0, 0]; // no dependencies, no actors
+        data.extend(column_meta(changes));
+        data.extend(column_data(changes));
+        data.extend(column_meta(ops));
+        data.extend(column_data(ops));
+        chunk(CHUNK_TYPE_BUNDLE, &data)
+    }
+
+    #[test]
+    fn the_run_length_change_is_what_automerge_reads() {
+        // Without a bound, automerge walks every op such a change declares.
+        let change = automerge::Change::from_bytes(rle_change(7, 5)).unwrap();
+        assert_eq!(change.len(), 5);
+        assert!(rle_change(7, 1 << 40).len() < 100);
+    }
+
+    #[test]
+    fn a_change_declaring_a_trillion_ops_by_run_length_is_refused() {
+        let limits = Limits::default();
+        let trillion = 1u64 << 40;
+        let msg = with_changes(&[rle_change(7, trillion)]);
+        let err = check(&msg, &limits).unwrap_err();
+        assert_eq!(
+            err,
+            SyncMsgError::TooManyOps {
+                index: 0,
+                count: trillion,
+                limit: OPS_LIMIT_PER_CHANGE,
+                max: OPS_PER_CHANGE_MAX,
+            }
+        );
+        assert_eq!(err.code(), "too_many_ops");
+        assert_eq!(
+            err.to_string(),
+            "chunk 0 declares 1099511627776 ops, the limit is 1048576 ops per change"
+        );
+        assert_eq!(validate(&msg, &limits).unwrap_err().code(), "too_many_ops");
+
+        let run = |n: u64| sleb(i64::try_from(n).unwrap());
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            (
+                "compressed change",
+                chunk(
+                    CHUNK_TYPE_COMPRESSED,
+                    &stored(&change_body(7, 1, &rle_ops(trillion))),
+                ),
+            ),
+            ("a trillion nulls", {
+                let mut ops = rle_ops(5);
+                ops[0] = (0x15, [vec![0], leb(trillion)].concat()); // null run
+                chunk(CHUNK_TYPE_CHANGE, &change_body(7, 1, &ops))
+            }),
+            ("a trillion falses", {
+                let mut ops = rle_ops(5);
+                ops[1] = (0x34, [leb(5), leb(trillion)].concat()); // 5 false, then true
+                chunk(CHUNK_TYPE_CHANGE, &change_body(7, 1, &ops))
+            }),
+            ("one op with a trillion predecessors", {
+                let mut ops = rle_ops(1);
+                ops[4] = (0x70, [run(1), leb(trillion)].concat());
+                ops.push((0x71, [run(trillion), leb(0)].concat())); // pred actor 0
+                ops.push((0x73, [run(trillion), sleb(1)].concat())); // pred counter +1
+                chunk(CHUNK_TYPE_CHANGE, &change_body(7, 1, &ops))
+            }),
+            (
+                "document ops",
+                document_chunk(&[], &[(0x42, [run(trillion), vec![1]].concat())]),
+            ),
+            (
+                "document changes",
+                document_chunk(&[(0x01, [run(trillion), vec![0]].concat())], &[]),
+            ),
+            (
+                "compressed document column",
+                document_chunk(
+                    &[],
+                    &[(
+                        0x42 | COLUMN_DEFLATE_BIT,
+                        stored(&[run(trillion), vec![1]].concat()),
+                    )],
+                ),
+            ),
+            (
+                "bundle ops",
+                bundle_chunk(&[], &[(0x42, [run(trillion), vec![1]].concat())]),
+            ),
+            (
+                "bundle changes",
+                bundle_chunk(&[(0x01, [run(trillion), vec![0]].concat())], &[]),
+            ),
+        ];
+        for (what, chunk) in cases {
+            assert!(chunk.len() < 200, "{what}: {} bytes", chunk.len());
+            let err = check(&with_changes(&[chunk]), &limits).unwrap_err();
+            assert_eq!(err.code(), "too_many_ops", "{what}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_op_limits_hold_at_their_boundaries() {
+        let limits = Limits::default();
+        let max = OPS_PER_CHANGE_MAX as u64;
+        let at = check(&with_changes(&[rle_change(7, max)]), &limits).unwrap();
+        assert_eq!(at.ops_count, max);
+        assert_eq!(
+            check(&with_changes(&[rle_change(7, max + 1)]), &limits).unwrap_err(),
+            SyncMsgError::TooManyOps {
+                index: 0,
+                count: max + 1,
+                limit: OPS_LIMIT_PER_CHANGE,
+                max: OPS_PER_CHANGE_MAX,
+            }
+        );
+        // Changes each within the limit add up against the message's.
+        let full: Vec<Vec<u8>> = (0..OPS_PER_MESSAGE_MAX / OPS_PER_CHANGE_MAX)
+            .map(|i| rle_change(i as u8, max))
+            .collect();
+        let summary = check(&with_changes(&full), &limits).unwrap();
+        assert_eq!(summary.ops_count, OPS_PER_MESSAGE_MAX as u64);
+        let one_more = [full, vec![rle_change(99, 1)]].concat();
+        let err = check(&with_changes(&one_more), &limits).unwrap_err();
+        assert_eq!(err.code(), "too_many_ops");
+        assert!(err.to_string().ends_with("ops per message"), "{err}");
+
+        // With small limits, against what automerge itself counts.
+        let small = Limits {
+            ops_per_change_max: 5,
+            ops_per_message_max: 8,
+            ..Limits::default()
+        };
+        assert_eq!(
+            automerge::Change::from_bytes(rle_change(7, 5))
+                .unwrap()
+                .len(),
+            5
+        );
+        assert_eq!(
+            check(&with_changes(&[rle_change(7, 5)]), &small)
+                .unwrap()
+                .ops_count,
+            5
+        );
+        assert_eq!(
+            check_code(&with_changes(&[rle_change(7, 6)]), &small),
+            "too_many_ops"
+        );
+        let eight = with_changes(&[rle_change(1, 5), rle_change(2, 3)]);
+        assert_eq!(check(&eight, &small).unwrap().ops_count, 8);
+        let nine = with_changes(&[rle_change(1, 5), rle_change(2, 4)]);
+        assert_eq!(
+            check(&nine, &small).unwrap_err(),
+            SyncMsgError::TooManyOps {
+                index: 1,
+                count: 9,
+                limit: OPS_LIMIT_PER_MESSAGE,
+                max: 8,
+            }
+        );
+        // Predecessors count as ops: one op naming 5 of them is 6 in all.
+        let mut ops = rle_ops(1);
+        ops[4] = (0x70, [sleb(1), leb(5)].concat());
+        ops.push((0x71, [sleb(5), leb(0)].concat()));
+        ops.push((0x73, [sleb(5), sleb(1)].concat()));
+        let preds = with_changes(&[chunk(CHUNK_TYPE_CHANGE, &change_body(7, 9, &ops))]);
+        assert_eq!(check(&preds, &small).unwrap().ops_count, 6);
+        let five = Limits {
+            ops_per_message_max: 5,
+            ..small
+        };
+        assert_eq!(check_code(&preds, &five), "too_many_ops");
+    }
+
+    #[test]
+    fn op_columns_must_agree_and_op_counters_fit_32_bits() {
+        let limits = Limits::default();
+        let code = |start_op: u64, ops: &[(u32, Vec<u8>)]| {
+            let change = chunk(CHUNK_TYPE_CHANGE, &change_body(7, start_op, ops));
+            let automerge_reads = automerge::Change::from_bytes(change.clone()).is_ok();
+            match check(&with_changes(&[change]), &limits) {
+                Ok(_) => ("ok", automerge_reads),
+                Err(e) => (e.code(), automerge_reads),
+            }
+        };
+        let with = |at: usize, column: (u32, Vec<u8>)| {
+            let mut ops = rle_ops(5);
+            ops[at] = column;
+            ops
+        };
+        // (what, start op, columns, code, whether automerge reads the change)
+        let cases: Vec<(&str, u64, Cols, &str, bool)> = vec![
+            ("agreeing columns", 1, rle_ops(5), "ok", true),
+            (
+                // automerge's encoders leave out a column of nulls.
+                "an empty column",
+                1,
+                [vec![(0x01, vec![]), (0x02, vec![])], rle_ops(5)].concat(),
+                "ok",
+                true,
+            ),
+            (
+                "a longer key column (automerge ignores the extra row)",
+                1,
+                with(0, (0x15, [sleb(6), vec![1, b'x']].concat())),
+                "chunk_invalid",
+                true,
+            ),
+            (
+                "a shorter insert column",
+                1,
+                with(1, (0x34, leb(4))),
+                "chunk_invalid",
+                false,
+            ),
+            (
+                "predecessor columns shorter than their group",
+                1,
+                [
+                    with(4, (0x70, [sleb(5), leb(1)].concat())),
+                    vec![
+                        (0x71, [sleb(4), leb(0)].concat()),
+                        (0x73, [sleb(4), sleb(1)].concat()),
+                    ],
+                ]
+                .concat(),
+                "chunk_invalid",
+                false,
+            ),
+            (
+                "literal runs, values as they are",
+                1,
+                with(2, (0x42, [sleb(-5), vec![1; 5]].concat())),
+                "ok",
+                true,
+            ),
+            (
+                "a literal run past the column's end",
+                1,
+                with(2, (0x42, [sleb(-5), vec![1; 4]].concat())),
+                "chunk_invalid",
+                false,
+            ),
+            (
+                "a compressed column",
+                1,
+                with(
+                    2,
+                    (
+                        0x42 | COLUMN_DEFLATE_BIT,
+                        stored(&[sleb(5), vec![1]].concat()),
+                    ),
+                ),
+                "chunk_invalid",
+                false,
+            ),
+            (
+                "the last op at 2^32 - 1",
+                u64::from(u32::MAX) - 4,
+                rle_ops(5),
+                "ok",
+                true,
+            ),
+            (
+                "the last op past 2^32 - 1",
+                u64::from(u32::MAX) - 3,
+                rle_ops(5),
+                "chunk_invalid",
+                true,
+            ),
+            (
+                "no ops, starting past 2^32 - 1",
+                1 << 32,
+                vec![],
+                "chunk_invalid",
+                false,
+            ),
+            ("start op 0", 0, rle_ops(5), "chunk_invalid", false),
+        ];
+        for (what, start_op, ops, expected, automerge_reads) in cases {
+            assert_eq!(
+                code(start_op, &ops),
+                (expected, automerge_reads),
+                "{what}: (code, whether automerge reads it)"
+            );
+        }
+    }
+
+    #[test]
+    fn column_runs_are_counted_without_expanding_them() {
+        use runs::{count, Counted};
+        type Case = (&'static str, u32, Vec<u8>, Result<Counted, &'static str>);
+        let rows = |rows| Ok(Counted { rows, sum: 0 });
+        let cases: Vec<Case> = vec![
+            ("empty", COLUMN_TYPE_INTEGER, vec![], rows(0)),
+            (
+                "run",
+                COLUMN_TYPE_INTEGER,
+                [sleb(3), leb(300)].concat(),
+                rows(3),
+            ),
+            (
+                "literal",
+                COLUMN_TYPE_ACTOR,
+                [sleb(-2), leb(1), leb(300)].concat(),
+                rows(2),
+            ),
+            (
+                "nulls",
+                COLUMN_TYPE_ACTOR,
+                [sleb(0), leb(1 << 40)].concat(),
+                rows(1 << 40),
+            ),
+            (
+                "all three",
+                COLUMN_TYPE_VALUE_METADATA,
+                [sleb(2), leb(7), sleb(0), leb(3), sleb(-1), leb(8)].concat(),
+                rows(6),
+            ),
+            (
+                "delta",
+                COLUMN_TYPE_DELTA,
+                [sleb(4), sleb(-1), sleb(-2), sleb(i64::MIN), sleb(5)].concat(),
+                rows(6),
+            ),
+            (
+                "strings",
+                COLUMN_TYPE_STRING,
+                [sleb(-2), vec![2, b'h', b'i', 0], sleb(9), vec![1, b'x']].concat(),
+                rows(11),
+            ),
+            (
+                "booleans",
+                COLUMN_TYPE_BOOLEAN,
+                [leb(0), leb(4), leb(0), leb(2)].concat(),
+                rows(6),
+            ),
+            (
+                "group",
+                COLUMN_TYPE_GROUP,
+                [sleb(3), leb(2), sleb(-2), leb(1), leb(5), sleb(0), leb(4)].concat(),
+                Ok(Counted { rows: 9, sum: 12 }),
+            ),
+            (
+                "group past u64",
+                COLUMN_TYPE_GROUP,
+                [sleb(i64::MAX), leb(u64::MAX)].concat(),
+                Ok(Counted {
+                    rows: i64::MAX as u64,
+                    sum: u64::MAX,
+                }),
+            ),
+            (
+                "runs past u64 saturate",
+                COLUMN_TYPE_INTEGER,
+                [sleb(i64::MAX), leb(1), sleb(0), leb(u64::MAX)].concat(),
+                rows(u64::MAX),
+            ),
+            ("value bytes", COLUMN_TYPE_VALUE, vec![0xff; 3], rows(0)),
+            (
+                "overlong, as automerge's column decoder reads it",
+                COLUMN_TYPE_INTEGER,
+                vec![0x83, 0x80, 0x00, 0x01],
+                rows(3),
+            ),
+            (
+                "truncated value",
+                COLUMN_TYPE_INTEGER,
+                [sleb(3), vec![0x80]].concat(),
+                Err("column data ends mid-value"),
+            ),
+            (
+                "string past the end",
+                COLUMN_TYPE_STRING,
+                [sleb(1), vec![5, b'h']].concat(),
+                Err("column value past the end of the column"),
+            ),
+            (
+                "count past 64 bits",
+                COLUMN_TYPE_BOOLEAN,
+                [vec![0xff; 9], vec![0x02]].concat(),
+                Err("column value larger than 64 bits"),
+            ),
+            (
+                "literal of 2^63 values ends with the data",
+                COLUMN_TYPE_INTEGER,
+                [sleb(i64::MIN), vec![1; 3]].concat(),
+                Err("column data ends mid-value"),
+            ),
+        ];
+        for (what, kind, data, expected) in cases {
+            assert_eq!(count(kind, &data), expected, "{what}");
+        }
+    }
+
+    #[test]
+    fn changes_automerge_writes_declare_what_automerge_reads() {
+        // Small changes, one with thousands of ops, ones that overwrite, delete and
+        // resolve a conflict (predecessors), and the compressed forms of all of them.
+        let mut doc = doc_with_tasks(1, 20);
+        let list = doc.get(ROOT, "tasks").unwrap().unwrap().1;
+        for i in 0..1500 {
+            let task = doc
+                .put_object(&list, format!("big{i}"), automerge::ObjType::Map)
+                .unwrap();
+            doc.put(&task, "content", format!("Task number {i}"))
+                .unwrap();
+            doc.put(&task, "status", "pending").unwrap();
+        }
+        doc.commit();
+        for i in 0..10 {
+            let task = doc.get(&list, format!("t{i}")).unwrap().unwrap().1;
+            doc.put(&task, "status", "completed").unwrap();
+            doc.delete(&list, format!("big{i}")).unwrap();
+        }
+        doc.commit();
+        let mut other = doc.fork().with_actor(automerge::ActorId::from([2; 16]));
+        let task = doc.get(&list, "t19").unwrap().unwrap().1;
+        doc.put(&task, "status", "cancelled").unwrap();
+        other.put(&task, "status", "in_progress").unwrap();
+        doc.merge(&mut other).unwrap();
+        doc.put(&task, "status", "pending").unwrap();
+        doc.commit();
+
+        let (mut largest, mut compressed, mut two_preds) = (0, 0, 0);
+        for mut change in doc.get_changes(&[]) {
+            let ops = change.decode().operations;
+            let expected: u64 = ops.iter().map(|op| 1 + op.pred.len() as u64).sum();
+            largest = largest.max(ops.len());
+            two_preds += ops.iter().filter(|op| op.pred.len() == 2).count();
+            let raw = change.raw_bytes().to_vec();
+            let sent = change.bytes().to_vec();
+            if sent[8] == CHUNK_TYPE_COMPRESSED {
+                compressed += 1;
+            }
+            for bytes in [raw, sent] {
+                let summary = check(&with_changes(&[bytes]), &Limits::default()).unwrap();
+                assert_eq!(summary.ops_count, expected, "{}", change.hash());
+            }
+        }
+        assert!(largest >= 4500, "a change with thousands of ops: {largest}");
+        assert!(compressed >= 1, "automerge compressed a change");
+        assert!(two_preds >= 1, "an op with two predecessors");
+
+        // The whole document as one chunk: its ops and their successors, its changes
+        // and their dependencies. Deletions are not ops of a document.
+        let changes = doc.get_changes(&[]);
+        let decoded: Vec<_> = changes.iter().map(|c| c.decode()).collect();
+        let ops: u64 = decoded
+            .iter()
+            .flat_map(|c| &c.operations)
+            .map(|op| u64::from(!matches!(op.action, automerge::legacy::OpType::Delete)))
+            .sum();
+        let preds: u64 = decoded
+            .iter()
+            .flat_map(|c| &c.operations)
+            .map(|op| op.pred.len() as u64)
+            .sum();
+        let deps: u64 = decoded.iter().map(|c| 1 + c.deps.len() as u64).sum();
+        for saved in [doc.save(), doc.save_nocompress()] {
+            let summary = check(&with_changes(&[saved]), &Limits::default()).unwrap();
+            assert_eq!(summary.ops_count, ops + preds + deps);
+        }
     }
 
     #[test]
@@ -1473,11 +2482,7 @@ mod tests {
             ),
             (
                 "too many change chunks in one entry",
-                with_changes(&[[
-                    chunk(CHUNK_TYPE_CHANGE, b"a"),
-                    chunk(CHUNK_TYPE_CHANGE, b"b"),
-                ]
-                .concat()]),
+                with_changes(&[[rle_change(1, 1), rle_change(2, 1)].concat()]),
                 "too_many_changes",
             ),
         ];
@@ -1667,6 +2672,10 @@ mod tests {
         let raw_len = raw_reader.leb128_u64().unwrap();
         assert_eq!(out.0, raw_reader.take(raw_len).unwrap());
         assert_eq!(n as u64, raw_len);
+        // So does the one validation keeps, to count the ops in it.
+        let mut kept = inflate::Keep::default();
+        assert_eq!(inflate::inflate(body, usize::MAX, &mut kept), Ok(n));
+        assert_eq!(kept.0, out.0);
 
         // In a sync message it passes, and automerge applies it.
         let msg = Message {
@@ -1862,9 +2871,13 @@ mod tests {
             bound in 0usize..4096,
         ) {
             let mut out = Collect::default();
-            if let Ok(n) = inflate::inflate(&bytes, bound, &mut out) {
+            let mut kept = inflate::Keep::default();
+            let result = inflate::inflate(&bytes, bound, &mut out);
+            prop_assert_eq!(inflate::inflate(&bytes, bound, &mut kept), result);
+            if let Ok(n) = result {
                 prop_assert!(n <= bound);
                 prop_assert_eq!(n, out.0.len());
+                prop_assert_eq!(&kept.0, &out.0);
             }
         }
     }

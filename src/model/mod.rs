@@ -40,6 +40,7 @@
 mod doc;
 mod index;
 mod position;
+pub mod sync;
 mod write;
 
 use std::collections::BTreeMap;
@@ -368,6 +369,10 @@ pub struct TodoList {
     index: Index,
     /// Changes received before their dependencies; applied when those arrive.
     pending: Vec<Change>,
+    /// The last changes applied, for sync without walking the history.
+    recent: sync::Recent,
+    /// Sync steps answered from `recent` and by the stock functions.
+    sync_counters: sync::Counters,
 }
 
 impl TodoList {
@@ -393,10 +398,13 @@ impl TodoList {
     /// Wraps an existing document (loaded, or received from a peer).
     pub fn from_doc(doc: Automerge) -> TodoList {
         let index = Index::build(&doc);
+        let recent = sync::Recent::of(&doc);
         TodoList {
             doc,
             index,
             pending: Vec::new(),
+            recent,
+            sync_counters: Default::default(),
         }
     }
 
@@ -412,6 +420,8 @@ impl TodoList {
             doc: self.doc.fork().with_actor(actor),
             index: self.index.clone(),
             pending: self.pending.clone(),
+            recent: self.recent.clone(),
+            sync_counters: Default::default(),
         }
     }
 
@@ -592,6 +602,7 @@ impl TodoList {
             }
         }
         self.pending = waiting;
+        self.recent.record(&self.doc, applied.iter());
         let mut merge = self.index.absorb(&self.doc, &applied);
         merge.rejected = rejected;
         Ok(merge)
@@ -599,40 +610,126 @@ impl TodoList {
 
     /// Receives an Automerge sync message from a peer: its changes go through
     /// [`TodoList::apply_changes`] (causal order, index kept in step), then the peer's
-    /// sync state is updated from the rest of the message. The message must have been
-    /// validated (the hub's `syncmsg` module) before it gets here.
+    /// sync state is updated from the rest of the message — from the recent-changes
+    /// window when it can answer (cost independent of the history; see [`sync`]),
+    /// else by automerge's stock function. The message must have been validated (the
+    /// hub's `syncmsg` module) before it gets here.
     pub fn receive_sync_message(
         &mut self,
         state: &mut automerge::sync::State,
-        mut message: automerge::sync::Message,
+        message: automerge::sync::Message,
     ) -> Result<Merge, ModelError> {
+        let (merge, before, message) = self.receive_changes(message)?;
+        match sync::receive_state(&self.doc, &self.recent, state, message, &before) {
+            Ok(()) => {
+                self.sync_counters.count(true);
+                Ok(merge)
+            }
+            Err(message) => {
+                self.sync_counters.count(false);
+                self.receive_state_stock(state, message, &before)?;
+                Ok(merge)
+            }
+        }
+    }
+
+    /// [`TodoList::receive_sync_message`] by automerge's stock function only (whose
+    /// cost follows the history): the reference of the differential test and the
+    /// benches.
+    pub fn receive_sync_message_stock(
+        &mut self,
+        state: &mut automerge::sync::State,
+        message: automerge::sync::Message,
+    ) -> Result<Merge, ModelError> {
+        let (merge, before, message) = self.receive_changes(message)?;
+        self.receive_state_stock(state, message, &before)?;
+        Ok(merge)
+    }
+
+    /// Applies a sync message's changes; returns what they touched and the heads before.
+    fn receive_changes(
+        &mut self,
+        message: automerge::sync::Message,
+    ) -> Result<(Merge, Vec<ChangeHash>, automerge::sync::Message), ModelError> {
         let mut changes = Vec::new();
         for (index, chunk) in message.changes.iter().enumerate() {
             changes.extend(
                 chunk_changes(chunk).map_err(|reason| ModelError::BadChunk { index, reason })?,
             );
         }
-        let had_changes = !changes.is_empty();
+        let before = self.doc.get_heads();
         let merge = self.apply_changes(changes)?;
-        // Automerge takes a message without changes whose heads equal ours as "the
-        // peer already knows our heads" and records them as sent; with the changes
-        // applied above that would be wrong (the peer never heard our heads), and we
-        // would never acknowledge. Keep what was really sent.
-        let last_sent = state.last_sent_heads.clone();
-        message.changes = automerge::sync::ChunkList::from(Vec::<Vec<u8>>::new());
-        automerge::sync::SyncDoc::receive_sync_message(&mut self.doc, state, message)?;
-        if had_changes {
-            state.last_sent_heads = last_sent;
-        }
-        Ok(merge)
+        Ok((merge, before, message))
     }
 
-    /// The next sync message for a peer, if there is anything to say.
+    /// The state part of the stock `receive_sync_message`, its changes already applied
+    /// (heads `before` them): the message goes to automerge without its changes, and
+    /// what automerge would have done differently with them is done here.
+    fn receive_state_stock(
+        &mut self,
+        state: &mut automerge::sync::State,
+        mut message: automerge::sync::Message,
+        before: &[ChangeHash],
+    ) -> Result<(), AutomergeError> {
+        let had_changes = !message.changes.is_empty();
+        let after = self.doc.get_heads();
+        let last_sent = state.last_sent_heads.clone();
+        if had_changes && !state.read_only {
+            state.shared_heads = sync::advance_heads(before, &after, &state.shared_heads);
+        }
+        // Without its changes and with heads equal to ours, automerge takes the message
+        // as "the peer already knows our heads" and records them as sent, which it
+        // does not do for a message that carried changes.
+        let took_as_known = had_changes && message.heads == after && !message.heads.is_empty();
+        message.changes = automerge::sync::ChunkList::from(Vec::<Vec<u8>>::new());
+        automerge::sync::SyncDoc::receive_sync_message(&mut self.doc, state, message)?;
+        if took_as_known {
+            state.last_sent_heads = last_sent;
+        }
+        Ok(())
+    }
+
+    /// The next sync message for a peer, if there is anything to say: from the
+    /// recent-changes window when it can answer (see [`sync`]), else by automerge's
+    /// stock function.
     pub fn generate_sync_message(
         &self,
         state: &mut automerge::sync::State,
     ) -> Option<automerge::sync::Message> {
-        automerge::sync::SyncDoc::generate_sync_message(&self.doc, state)
+        match sync::generate(&self.doc, &self.recent, &self.pending, state) {
+            Some(m) => {
+                self.sync_counters.count(true);
+                m
+            }
+            None => {
+                self.sync_counters.count(false);
+                self.generate_sync_message_stock(state)
+            }
+        }
+    }
+
+    /// [`TodoList::generate_sync_message`] by automerge's stock function only (the
+    /// `need` it asks for walks the changes waiting here, as automerge walks its queue).
+    pub fn generate_sync_message_stock(
+        &self,
+        state: &mut automerge::sync::State,
+    ) -> Option<automerge::sync::Message> {
+        // Automerge's own queue is always empty here (see `apply_changes`).
+        let waiting = (!self.pending.is_empty())
+            .then(|| sync::need_and_have(&self.doc, &self.recent, &self.pending, state));
+        let mut m = automerge::sync::SyncDoc::generate_sync_message(&self.doc, state)?;
+        if let Some((need, have)) = waiting {
+            m.need = need;
+            if !have {
+                m.have.clear();
+            }
+        }
+        Some(m)
+    }
+
+    /// How many sync steps were answered from the window and by the stock functions.
+    pub fn sync_counters(&self) -> sync::SyncCounters {
+        self.sync_counters.get()
     }
 
     /// Pulls every change `other` has and this replica lacks.
@@ -774,6 +871,7 @@ impl TodoList {
         let Some(change) = self.doc.get_last_local_change() else {
             return Ok(Merge::default());
         };
+        self.recent.record(&self.doc, std::iter::once(&change));
         Ok(self.index.absorb(&self.doc, &[change]))
     }
 
@@ -824,6 +922,7 @@ impl TodoList {
         let Some(change) = self.doc.get_last_local_change() else {
             return Ok(Merge::default());
         };
+        self.recent.record(&self.doc, std::iter::once(&change));
         Ok(self.index.absorb(&self.doc, &[change]))
     }
 }

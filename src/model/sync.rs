@@ -1,0 +1,550 @@
+//! Automerge sync whose cost follows what changed, not the history.
+//!
+//! Automerge 0.12's `receive_sync_message` walks every ancestor of the peer's heads on
+//! every message (`filter_changes` → `remove_ancestors`), even an acknowledgement that
+//! carries nothing, and `generate_sync_message` recomputes "the changes since the
+//! shared heads" from the change graph (`get_hashes`) for every peer. Both grow with
+//! the history. Here the same algorithm runs over [`Recent`]: the last
+//! [`SYNC_WINDOW_CHANGES`] changes this replica applied, in the order it applied them,
+//! with the heads after each. The common cases — a peer acknowledging heads we had, one
+//! new change going to every peer that was up to date — are answered from the window;
+//! anything the window cannot answer exactly (a peer far behind, a fresh peer that needs
+//! the whole document, a peer whose last word was "I have all this since the
+//! beginning") falls back to the stock functions, once per such message. The result is the same
+//! message and the same [`State`] either way (the differential test
+//! `tests/sync_fast.rs` runs both on random histories).
+//!
+//! Why the window is exact: changes enter it in causal order (every change after its
+//! dependencies), so
+//! - the changes that are not ancestors of the heads recorded after window entry `k`
+//!   are exactly the entries after `k` (the applied set is causally closed at every
+//!   step); and
+//! - a path of dependencies from any head down to a change `x` only passes through
+//!   changes applied after `x`, so "is `x` an ancestor of these heads" is decided by a
+//!   walk that never leaves the window when `x` is in it.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+
+use automerge::sync::{BloomFilter, ChunkList, Have, Message, MessageFlags, MessageVersion, State};
+use automerge::{Automerge, Change, ChangeHash};
+
+/// Changes the sync window remembers per list (≈0.5 KiB each: the change's bytes, its
+/// hash and the heads after it). A peer whose last acknowledged heads are older than
+/// this many changes is synced by the stock path, whose cost follows the history.
+pub const SYNC_WINDOW_CHANGES: usize = 1_024;
+
+/// How many sync steps took the window and how many fell back to the stock functions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncCounters {
+    /// Messages received or generated from the window alone.
+    pub fast: u64,
+    /// Messages handled by automerge's stock functions.
+    pub stock: u64,
+}
+
+/// [`SyncCounters`] kept by a replica (atomics, so a replica stays `Sync`).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    fast: std::sync::atomic::AtomicU64,
+    stock: std::sync::atomic::AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn count(&self, fast: bool) {
+        let c = if fast { &self.fast } else { &self.stock };
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> SyncCounters {
+        SyncCounters {
+            fast: self.fast.load(std::sync::atomic::Ordering::Relaxed),
+            stock: self.stock.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}
+
+impl Clone for Counters {
+    /// A copy starts counting from zero.
+    fn clone(&self) -> Self {
+        Counters::default()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    change: Change,
+    /// The replica's heads right after this change (sorted).
+    heads_after: Vec<ChangeHash>,
+}
+
+/// The last changes a replica applied, in order (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct Recent {
+    /// Heads before the first entry (sorted).
+    base_heads: Vec<ChangeHash>,
+    entries: VecDeque<Entry>,
+    /// Absolute number of the first entry (entries ever evicted).
+    offset: u64,
+    /// Absolute position of every change in the window.
+    by_hash: HashMap<ChangeHash, u64>,
+    /// Sorted heads → the number of changes applied when they were the heads (absolute).
+    by_heads: HashMap<Vec<ChangeHash>, u64>,
+}
+
+impl Recent {
+    /// An empty window at `heads`.
+    pub(crate) fn at(heads: Vec<ChangeHash>) -> Recent {
+        let mut by_heads = HashMap::new();
+        by_heads.insert(heads.clone(), 0);
+        Recent {
+            base_heads: heads,
+            entries: VecDeque::new(),
+            offset: 0,
+            by_hash: HashMap::new(),
+            by_heads,
+        }
+    }
+
+    /// The window of a document just loaded or wrapped: all of its changes when they
+    /// fit (a young list syncs its first peers without the stock path), else empty at
+    /// its heads.
+    pub(crate) fn of(doc: &Automerge) -> Recent {
+        if change_count(doc) <= SYNC_WINDOW_CHANGES {
+            let mut r = Recent::at(Vec::new());
+            r.record(doc, doc.get_changes(&[]).iter());
+            r
+        } else {
+            Recent::at(doc.get_heads())
+        }
+    }
+
+    /// The heads after the last entry.
+    fn heads(&self) -> &[ChangeHash] {
+        self.entries
+            .back()
+            .map_or(&self.base_heads, |e| &e.heads_after)
+    }
+
+    /// Records changes just applied to `doc`, in the order they were applied. If the
+    /// window no longer describes the document (a change went in some other way), it
+    /// starts over, empty, at the document's heads.
+    pub(crate) fn record<'a>(
+        &mut self,
+        doc: &Automerge,
+        changes: impl Iterator<Item = &'a Change>,
+    ) {
+        for c in changes {
+            let hash = c.hash();
+            if self.by_hash.contains_key(&hash) {
+                continue;
+            }
+            let mut heads: Vec<ChangeHash> = self
+                .heads()
+                .iter()
+                .filter(|h| !c.deps().contains(h))
+                .copied()
+                .collect();
+            heads.push(hash);
+            heads.sort_unstable();
+            let pos = self.offset + self.entries.len() as u64;
+            self.by_hash.insert(hash, pos);
+            self.by_heads.insert(heads.clone(), pos + 1);
+            self.entries.push_back(Entry {
+                change: c.clone(),
+                heads_after: heads,
+            });
+        }
+        while self.entries.len() > SYNC_WINDOW_CHANGES {
+            if let Some(first) = self.entries.pop_front() {
+                self.by_hash.remove(&first.change.hash());
+                self.by_heads.remove(&self.base_heads);
+                self.base_heads = first.heads_after;
+                self.offset += 1;
+            }
+        }
+        let now = doc.get_heads();
+        if self.heads() != now.as_slice() {
+            tracing::debug!("sync window out of step with the document; starting over");
+            *self = Recent::at(now);
+        }
+    }
+
+    /// True when the window ends at the document's heads.
+    fn in_step(&self, doc: &Automerge) -> bool {
+        self.heads() == doc.get_heads().as_slice()
+    }
+
+    fn has_change(&self, doc: &Automerge, h: &ChangeHash) -> bool {
+        self.by_hash.contains_key(h) || doc.get_change_meta_by_hash(h).is_some()
+    }
+
+    /// The changes that are not ancestors of `heads`, in the order applied — the stock
+    /// `get_hashes(heads)` — when `heads` were this replica's heads within the window.
+    fn since(&self, heads: &[ChangeHash]) -> Option<impl Iterator<Item = &Entry> + '_> {
+        let mut key = heads.to_vec();
+        key.sort_unstable();
+        key.dedup();
+        let at = *self.by_heads.get(&key)?;
+        let skip = usize::try_from(at.checked_sub(self.offset)?).ok()?;
+        Some(self.entries.iter().skip(skip))
+    }
+
+    fn entry(&self, h: &ChangeHash) -> Option<&Entry> {
+        let pos = *self.by_hash.get(h)?;
+        self.entries.get(usize::try_from(pos - self.offset).ok()?)
+    }
+
+    /// The stock `remove_ancestors(sent, heads)`: drops from `sent` every ancestor of
+    /// `heads` (inclusive). `None` when a hash in `sent` is older than the window (the
+    /// walk would leave it); `sent` is then untouched.
+    fn ancestors_removed(
+        &self,
+        sent: &BTreeSet<ChangeHash>,
+        heads: &[ChangeHash],
+    ) -> Option<BTreeSet<ChangeHash>> {
+        if sent.is_empty() {
+            return Some(BTreeSet::new());
+        }
+        let mut lowest = u64::MAX;
+        for h in sent {
+            lowest = lowest.min(*self.by_hash.get(h)?);
+        }
+        let mut left = sent.clone();
+        let mut seen = HashSet::new();
+        let mut stack: Vec<ChangeHash> = heads.to_vec();
+        while let Some(h) = stack.pop() {
+            // Outside the window (older than all of it) or unknown: nothing in `sent`
+            // lies below it.
+            let Some(&pos) = self.by_hash.get(&h) else {
+                continue;
+            };
+            if pos < lowest || !seen.insert(h) {
+                continue;
+            }
+            left.remove(&h);
+            if left.is_empty() {
+                break;
+            }
+            if let Some(e) = self.entry(&h) {
+                stack.extend(e.change.deps().iter().copied());
+            }
+        }
+        Some(left)
+    }
+}
+
+/// Stock `receive_sync_message` for the state part, when the changes (if any) were
+/// already applied by the caller: `before` are the heads before they were. Returns
+/// `false` (state untouched) when the window cannot answer; the caller then runs the
+/// stock function.
+pub(crate) fn receive_state(
+    doc: &Automerge,
+    recent: &Recent,
+    state: &mut State,
+    message: Message,
+    before: &[ChangeHash],
+) -> Result<(), Message> {
+    if !recent.in_step(doc) {
+        return Err(message);
+    }
+    let known: Vec<ChangeHash> = message
+        .heads
+        .iter()
+        .filter(|h| recent.has_change(doc, h))
+        .copied()
+        .collect();
+    let Some(sent_left) = recent.ancestors_removed(&state.sent_hashes, &known) else {
+        return Err(message);
+    };
+    let Message {
+        heads,
+        need,
+        have,
+        changes,
+        flags,
+        ..
+    } = message;
+    state.in_flight = false;
+    if let Some(flags) = flags {
+        let mut caps = vec![automerge::sync::Capability::MessageV2];
+        if flags.contains(MessageFlags::SUPPORTS_SYNC_RESET) {
+            caps.push(automerge::sync::Capability::SyncReset);
+        }
+        state.their_capabilities = Some(caps);
+        if flags.contains(MessageFlags::SYNC_RESET) {
+            state.sent_hashes.clear();
+        }
+        state.peer_read_only = flags.contains(MessageFlags::READ_ONLY);
+    }
+    let after = doc.get_heads();
+    if !changes.is_empty() && !state.read_only {
+        state.shared_heads = advance_heads(before, &after, &state.shared_heads);
+    }
+    // The stock function removes ancestors after a possible reset cleared the set.
+    state.sent_hashes.retain(|h| sent_left.contains(h));
+    if changes.is_empty() && heads.as_slice() == before {
+        state.last_sent_heads.clone_from(&heads);
+    }
+    if known.len() == heads.len() {
+        state.shared_heads.clone_from(&heads);
+        if heads.is_empty() {
+            state.last_sent_heads = Vec::new();
+            state.sent_hashes = BTreeSet::new();
+        }
+    } else {
+        let mut shared: Vec<ChangeHash> =
+            state.shared_heads.iter().chain(&known).copied().collect();
+        shared.sort_unstable();
+        shared.dedup();
+        state.shared_heads = shared;
+    }
+    state.their_have = Some(have);
+    state.their_heads = Some(heads);
+    state.their_need = Some(need);
+    Ok(())
+}
+
+/// Automerge's `advance_heads` (private there).
+pub(crate) fn advance_heads(
+    old_heads: &[ChangeHash],
+    new_heads: &[ChangeHash],
+    old_shared: &[ChangeHash],
+) -> Vec<ChangeHash> {
+    let mut out: Vec<ChangeHash> = new_heads
+        .iter()
+        .filter(|h| !old_heads.contains(h))
+        .chain(old_shared.iter().filter(|h| new_heads.contains(h)))
+        .copied()
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Stock `generate_sync_message` from the window. `None` when the window cannot
+/// answer (state untouched); `Some(None)` when there is nothing to send.
+pub(crate) fn generate(
+    doc: &Automerge,
+    recent: &Recent,
+    pending: &[Change],
+    state: &mut State,
+) -> Option<Option<Message>> {
+    if !recent.in_step(doc) {
+        return None;
+    }
+    let our_heads = doc.get_heads();
+    let (our_need, send_have) = need_and_have(doc, recent, pending, state);
+    if let Some(first) = state.their_have.as_ref().and_then(|h| h.first()) {
+        if !first.last_sync.iter().all(|h| recent.has_change(doc, h)) {
+            let mut flags = MessageFlags::new();
+            flags.set(MessageFlags::SUPPORTS_SYNC_RESET);
+            // Stock `Message::reset`.
+            return Some(Some(Message {
+                heads: our_heads,
+                need: Vec::new(),
+                have: vec![Have::default()],
+                changes: ChunkList::empty(),
+                flags: Some(flags),
+                version: MessageVersion::V1,
+            }));
+        }
+    }
+    let v2 = supports_v2(state);
+    let changes: Vec<&Change> = if state.is_peer_read_only() {
+        Vec::new()
+    } else if let (Some(have), Some(need)) = (&state.their_have, &state.their_need) {
+        if state.their_heads.as_deref() == Some(&[]) && v2 {
+            return None; // The whole document: the history, by definition.
+        }
+        let hashes: Vec<ChangeHash> = hashes_to_send(doc, recent, have, need)?
+            .into_iter()
+            .filter(|h| !state.sent_hashes.contains(h))
+            .collect();
+        if v2 && hashes.len() > change_count(doc) / 3 {
+            return None;
+        }
+        hashes
+            .iter()
+            .map(|h| recent.entry(h).map(|e| &e.change))
+            .collect::<Option<_>>()?
+    } else {
+        Vec::new()
+    };
+    let heads_unchanged = state.last_sent_heads == our_heads;
+    let heads_equal = state.their_heads.as_ref() == Some(&our_heads);
+    if heads_unchanged && state.have_responded {
+        if (heads_equal || state.read_only) && changes.is_empty() {
+            return Some(None);
+        }
+        if state.in_flight {
+            return Some(None);
+        }
+    }
+    let our_have = if send_have {
+        let bloom = BloomFilter::from_hashes(
+            recent
+                .since(&state.shared_heads)?
+                .map(|e| e.change.hash())
+                .collect::<Vec<_>>()
+                .into_iter(),
+        );
+        vec![Have {
+            last_sync: state.shared_heads.clone(),
+            bloom,
+        }]
+    } else {
+        Vec::new()
+    };
+
+    state.have_responded = true;
+    state.last_sent_heads.clone_from(&our_heads);
+    state.sent_hashes.extend(changes.iter().map(|c| c.hash()));
+    let mut flags = MessageFlags::new();
+    flags.set(MessageFlags::SUPPORTS_SYNC_RESET);
+    if state.read_only {
+        flags.set(MessageFlags::READ_ONLY);
+    }
+    let heads = if state.needs_reset {
+        state.needs_reset = false;
+        if peer_supports_sync_reset(state) {
+            flags.set(MessageFlags::SYNC_RESET);
+            our_heads
+        } else {
+            Vec::new()
+        }
+    } else {
+        our_heads
+    };
+    let (chunks, version) = if v2 {
+        let joined: Vec<u8> = changes
+            .iter()
+            .flat_map(|c| c.raw_bytes().iter().copied())
+            .collect();
+        let chunks = if joined.is_empty() {
+            Vec::new()
+        } else {
+            vec![joined]
+        };
+        (chunks, MessageVersion::V2)
+    } else {
+        (
+            changes.iter().map(|c| c.raw_bytes().to_vec()).collect(),
+            MessageVersion::V1,
+        )
+    };
+    state.in_flight = true;
+    Some(Some(Message {
+        heads,
+        need: our_need,
+        have: our_have,
+        changes: ChunkList::from(chunks),
+        flags: Some(flags),
+        version,
+    }))
+}
+
+/// What a message to this peer asks for, and whether it says what we have: stock
+/// `missing_deps_from(their_heads)` with automerge's queue being `pending` (the
+/// replica holds changes whose dependencies are missing there, not in automerge).
+pub(crate) fn need_and_have(
+    doc: &Automerge,
+    recent: &Recent,
+    pending: &[Change],
+    state: &State,
+) -> (Vec<ChangeHash>, bool) {
+    let need = if state.read_only {
+        Vec::new()
+    } else {
+        let queued: HashMap<ChangeHash, &Change> = pending.iter().map(|c| (c.hash(), c)).collect();
+        let mut missing = BTreeSet::new();
+        let mut seen = HashSet::new();
+        let mut stack: Vec<ChangeHash> = state.their_heads.iter().flatten().copied().collect();
+        while let Some(h) = stack.pop() {
+            if recent.has_change(doc, &h) || !seen.insert(h) {
+                continue;
+            }
+            match queued.get(&h) {
+                Some(c) => stack.extend(c.deps().iter().copied()),
+                None => {
+                    missing.insert(h);
+                }
+            }
+        }
+        missing.into_iter().collect()
+    };
+    let theirs: HashSet<&ChangeHash> = state.their_heads.iter().flatten().collect();
+    let have = need.iter().all(|h| theirs.contains(h));
+    (need, have)
+}
+
+/// Stock `get_hashes_to_send`, from the window.
+fn hashes_to_send(
+    doc: &Automerge,
+    recent: &Recent,
+    have: &[Have],
+    need: &[ChangeHash],
+) -> Option<Vec<ChangeHash>> {
+    let need: Vec<ChangeHash> = need
+        .iter()
+        .filter(|h| recent.has_change(doc, h))
+        .copied()
+        .collect();
+    if have.is_empty() {
+        return Some(need);
+    }
+    let last_sync: Vec<ChangeHash> = have
+        .iter()
+        .flat_map(|h| h.last_sync.iter().copied())
+        .collect();
+    let since: Vec<&Entry> = recent.since(&last_sync)?.collect();
+    let in_since: HashSet<ChangeHash> = since.iter().map(|e| e.change.hash()).collect();
+    let mut dependents: HashMap<ChangeHash, Vec<ChangeHash>> = HashMap::new();
+    let mut to_send: HashSet<ChangeHash> = HashSet::new();
+    for e in &since {
+        let hash = e.change.hash();
+        for dep in e.change.deps() {
+            // Stock walks the dependencies of every change; only those in `since` can
+            // be reached from `to_send`.
+            if in_since.contains(dep) {
+                dependents.entry(*dep).or_default().push(hash);
+            }
+        }
+        if have.iter().all(|h| !h.bloom.contains_hash(&hash)) {
+            to_send.insert(hash);
+        }
+    }
+    let mut stack: Vec<ChangeHash> = to_send.iter().copied().collect();
+    while let Some(h) = stack.pop() {
+        for d in dependents.get(&h).into_iter().flatten() {
+            if to_send.insert(*d) {
+                stack.push(*d);
+            }
+        }
+    }
+    let mut out: Vec<ChangeHash> = need.into_iter().filter(|h| !to_send.contains(h)).collect();
+    out.extend(
+        since
+            .iter()
+            .map(|e| e.change.hash())
+            .filter(|h| to_send.contains(h)),
+    );
+    Some(out)
+}
+
+fn change_count(doc: &Automerge) -> usize {
+    usize::try_from(automerge::ReadDoc::stats(doc).num_changes).unwrap_or(usize::MAX)
+}
+
+fn supports_v2(state: &State) -> bool {
+    state
+        .their_capabilities
+        .as_ref()
+        .is_some_and(|c| c.contains(&automerge::sync::Capability::MessageV2))
+}
+
+fn peer_supports_sync_reset(state: &State) -> bool {
+    state
+        .their_capabilities
+        .as_ref()
+        .is_some_and(|c| c.contains(&automerge::sync::Capability::SyncReset))
+}

@@ -1,0 +1,214 @@
+//! The hub core (sans-I/O) and its sync path: peers in step never make it walk the
+//! history, a write to many peers is encoded once, and a connection that keeps asking
+//! for the whole history runs out of budget (issue: the hub, points 4 and 7).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
+
+mod common;
+
+use automerge::{sync, ActorId, ReadDoc};
+use common::{actor, patch, status, task, upsert};
+use swarmtodo::hub::core::{
+    ConnId, Effects, HubConfig, HubCore, Input, CHANGE_WORK_UNITS, SYNC_WORK_BURST,
+    SYNC_WORK_PER_SECOND,
+};
+use swarmtodo::hub::wire::{self, DocumentId, PeerId, WireMessage};
+use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
+use swarmtodo::model::{TodoList, WriteContext};
+use swarmtodo::proto::Status;
+
+/// A V1 sync message with no heads and an empty Bloom filter: "send me everything".
+const SEND_ME_EVERYTHING: [u8; 7] = [0x42, 0, 0, 1, 0, 0, 0];
+
+/// A list of 50 tasks with `history` changes.
+fn list_with_history(history: usize) -> TodoList {
+    let mut lead = TodoList::create(actor(1));
+    let ops = (0..50)
+        .map(|i| upsert(task(&format!("t{i}"), &format!("Task {i}"))))
+        .collect();
+    lead.write(&patch(ops), &WriteContext::new("lead", 0, 1))
+        .unwrap();
+    let cycle = [Status::Pending, Status::Blocked, Status::Completed];
+    for n in 1..history {
+        let req = patch(vec![upsert(status(&format!("t{}", n % 50), cycle[n % 3]))]);
+        lead.write(&req, &WriteContext::new("lead", 0, n as u64))
+            .unwrap();
+    }
+    lead
+}
+
+struct Hub {
+    core: HubCore,
+    id: PeerId,
+    doc: DocumentId,
+}
+
+impl Hub {
+    fn with(list: &TodoList) -> Hub {
+        let config = HubConfig::new(ActorId::from([0xA0u8; 16]));
+        let id = config.peer_id.clone();
+        let mut core = HubCore::new(config);
+        let doc = swarmtodo::client::list_document_id("core");
+        core.load_doc(doc, list.doc().clone(), Vec::new());
+        Hub { core, id, doc }
+    }
+
+    fn join(&mut self, conn: u64, now_ms: i64) -> ConnId {
+        let c = ConnId(conn);
+        self.core.handle(now_ms, Input::Connected(c));
+        let join = wire::encode(&WireMessage::Join {
+            sender_id: peer(conn),
+            supported_protocol_versions: Some(vec!["1".into()]),
+            peer_metadata: None,
+        });
+        self.core.handle(now_ms, Input::Frame(c, join));
+        c
+    }
+
+    fn sync(&mut self, c: ConnId, now_ms: i64, data: Vec<u8>) -> Effects {
+        let f = wire::encode(&WireMessage::Sync {
+            sender_id: peer(c.0),
+            target_id: self.id.clone(),
+            document_id: self.doc,
+            data,
+        });
+        self.core.handle(now_ms, Input::Frame(c, f))
+    }
+
+    fn counters(&self) -> swarmtodo::model::sync::SyncCounters {
+        self.core.doc(&self.doc).unwrap().list().sync_counters()
+    }
+}
+
+fn peer(n: u64) -> PeerId {
+    PeerId::new(format!("peer-{n}")).unwrap()
+}
+
+/// Sync payloads the core sent to `c`.
+fn payloads(fx: &Effects, c: ConnId) -> Vec<Vec<u8>> {
+    fx.sends
+        .iter()
+        .filter(|(to, _)| *to == c)
+        .filter_map(|(_, b)| match wire::decode(b).unwrap() {
+            WireMessage::Sync { data, .. } => Some(data),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A replica syncing with the hub through the core until nothing moves.
+fn sync_replica(hub: &mut Hub, c: ConnId, list: &mut TodoList, state: &mut sync::State) {
+    for _ in 0..20 {
+        state.in_flight = false;
+        let Some(m) = list.generate_sync_message(state) else {
+            return;
+        };
+        let fx = hub.sync(c, 0, m.encode());
+        for data in payloads(&fx, c) {
+            list.receive_sync_message(state, sync::Message::decode(&data).unwrap())
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_connection_re_requesting_the_whole_history_runs_out_of_budget() {
+    let list = list_with_history(SYNC_WINDOW_CHANGES + 100);
+    let mut hub = Hub::with(&list);
+    let stats = list.doc().stats();
+    let cost = stats.num_changes as i64 * CHANGE_WORK_UNITS + stats.num_ops as i64;
+    let c = hub.join(1, 0);
+    let mut answered = 0i64;
+    let closed = loop {
+        let fx = hub.sync(c, 0, SEND_ME_EVERYTHING.to_vec());
+        if let Some((_, close)) = fx.closes.iter().find(|(to, _)| *to == c) {
+            break close.clone();
+        }
+        assert_eq!(payloads(&fx, c).len(), 1, "each request is answered");
+        answered += 1;
+        assert!(answered < 10_000, "never closed");
+    };
+    eprintln!("budget: {answered} whole-history answers ({cost} units each) before the close");
+    assert_eq!(closed.code, 1008);
+    assert_eq!(closed.reason, "sync_budget");
+    assert!(closed.message.unwrap().contains("budget"));
+    // The budget is what the constants say: each answer takes a receive and a generate
+    // on the stock path, and a step is allowed while the budget is positive.
+    let expected = (SYNC_WORK_BURST + 2 * cost - 1) / (2 * cost);
+    assert!(
+        (expected..=expected + 1).contains(&answered),
+        "{answered} answers, expected about {expected}"
+    );
+
+    // Another connection has its own budget, and time repays the debt.
+    let d = hub.join(2, 0);
+    for i in 0..expected {
+        let fx = hub.sync(d, 0, SEND_ME_EVERYTHING.to_vec());
+        assert!(fx.closes.is_empty(), "answer {i} of {expected}");
+    }
+    let debt = expected * 2 * cost - SYNC_WORK_BURST;
+    let repaid_ms = (debt + 1) * 1_000 / SYNC_WORK_PER_SECOND + 1;
+    let fx = hub.sync(d, repaid_ms, SEND_ME_EVERYTHING.to_vec());
+    assert!(fx.closes.is_empty(), "repaid after {repaid_ms} ms");
+    assert_eq!(payloads(&fx, d).len(), 1);
+}
+
+#[test]
+fn peers_in_step_never_walk_the_history_and_a_write_is_encoded_once() {
+    let list = list_with_history(SYNC_WINDOW_CHANGES + 100);
+    let mut hub = Hub::with(&list);
+    const PEERS: u64 = 8;
+    let mut peers: Vec<(ConnId, TodoList, sync::State)> = (1..=PEERS)
+        .map(|n| {
+            let c = hub.join(n, 0);
+            let mut l = list.fork(actor(10 + n as u8));
+            let mut s = sync::State::new();
+            sync_replica(&mut hub, c, &mut l, &mut s);
+            (c, l, s)
+        })
+        .collect();
+    // Round 0 is the warm-up: a peer that joined with the hub's heads has said nothing
+    // since its first message, whose Bloom filter covers the whole history ("last sync:
+    // never"), so the first change sent to it is chosen by the stock path, once.
+    let mut before = hub.counters();
+    for round in 0..21usize {
+        if round == 1 {
+            before = hub.counters();
+        }
+        let i = round % PEERS as usize;
+        let c = peers[i].0;
+        let req = patch(vec![upsert(task(
+            &format!("t{round}"),
+            &format!("Round {round}"),
+        ))]);
+        let (_, l, s) = &mut peers[i];
+        s.in_flight = false;
+        l.write(&req, &WriteContext::new("w", 0, round as u64))
+            .unwrap();
+        let m = l.generate_sync_message(s).unwrap();
+        let fx = hub.sync(c, 0, m.encode());
+        // Every other peer got the same bytes.
+        let others: Vec<Vec<u8>> = peers
+            .iter()
+            .filter(|(o, ..)| *o != c)
+            .flat_map(|(o, ..)| payloads(&fx, *o))
+            .collect();
+        assert_eq!(others.len(), PEERS as usize - 1, "round {round}: {fx:?}");
+        assert!(others.windows(2).all(|w| w[0] == w[1]), "round {round}");
+        for (o, ol, os) in peers.iter_mut() {
+            for data in payloads(&fx, *o) {
+                ol.receive_sync_message(os, sync::Message::decode(&data).unwrap())
+                    .unwrap();
+            }
+        }
+        for (o, ol, os) in peers.iter_mut() {
+            sync_replica(&mut hub, *o, ol, os);
+        }
+    }
+    let after = hub.counters();
+    assert!(after.fast - before.fast > 100, "{before:?} → {after:?}");
+    assert_eq!(after.stock, before.stock, "no step walked the history");
+    let heads = hub.core.doc(&hub.doc).unwrap().list().heads();
+    for (_, l, _) in &peers {
+        assert_eq!(l.heads(), heads);
+    }
+}
