@@ -5,7 +5,12 @@
 //! - `hub_write_fanout/{changes}`: one peer's sync message carrying one new change
 //!   (a single-task status write): validate, merge, authority, and a sync message for
 //!   each of `PEERS` up-to-date peers.
-//! - `hub_ack/{changes}`: an up-to-date peer's message that carries no change.
+//! - `hub_ack/{changes}`: an up-to-date peer's acknowledgement of a change the hub sent
+//!   it (its natural reply: new heads, no change).
+//! - `hub_reannounce/{changes}`: an up-to-date peer that starts over with a fresh sync
+//!   state ("last sync: never"): the stock path, whose cost follows the history by
+//!   nature (the Bloom filter covers the whole history); the per-connection work budget
+//!   bounds how often one connection may cause it.
 //!
 //! History sizes: 1,000 and 60,000 changes on a 1,000-task list (setup builds them).
 //!
@@ -23,7 +28,7 @@ use swarmtodo::model::{TodoList, WriteContext};
 use swarmtodo::proto::{PatchOp, Status, TaskPatch, WriteMode, WriteRequest};
 
 /// Up-to-date peers a write is fanned out to.
-const PEERS: usize = 10;
+const PEERS: usize = 100;
 /// Tasks in the list.
 const TASKS: usize = 1_000;
 /// History sizes measured.
@@ -66,6 +71,24 @@ fn frame(peer: &mut Peer, hub: &PeerId, doc: DocumentId) -> Option<Vec<u8>> {
         document_id: doc,
         data: m.encode(),
     }))
+}
+
+/// One real status change by peer `w`, as the frame it sends.
+fn write_frame(fx: &mut Fixture, w: usize) -> (ConnId, Vec<u8>) {
+    fx.round += 1;
+    let id = format!("t{}", fx.round as usize % TASKS);
+    let writer = &mut fx.peers[w];
+    // Always a real change: a status other than the current one.
+    let current = writer.list.raw_task(&id).and_then(|t| t.status.clone());
+    let next = [Status::Pending, Status::Blocked, Status::Completed]
+        .into_iter()
+        .find(|s| current.as_deref() != Some(s.as_str()));
+    let op = upsert(id, None, next);
+    writer
+        .list
+        .write(&req(vec![op]), &WriteContext::new("writer", 0, fx.round))
+        .unwrap();
+    (writer.conn, frame(writer, &fx.hub, fx.doc).unwrap())
 }
 
 /// Delivers the core's sends to the peers; returns the frames the peers answer with.
@@ -197,21 +220,7 @@ fn bench(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    fx.round += 1;
-                    let id = format!("t{}", fx.round as usize % TASKS);
-                    let writer = &mut fx.peers[0];
-                    // Always a real change: a status other than the current one.
-                    let current = writer.list.raw_task(&id).and_then(|t| t.status.clone());
-                    let next = [Status::Pending, Status::Blocked, Status::Completed]
-                        .into_iter()
-                        .find(|s| current.as_deref() != Some(s.as_str()));
-                    let op = upsert(id, None, next);
-                    writer
-                        .list
-                        .write(&req(vec![op]), &WriteContext::new("writer", 0, fx.round))
-                        .unwrap();
-                    let f = frame(writer, &fx.hub, fx.doc).unwrap();
-                    let conn = writer.conn;
+                    let (conn, f) = write_frame(fx, 0);
                     let start = Instant::now();
                     let out = fx.core.handle(0, Input::Frame(conn, black_box(f)));
                     total += start.elapsed();
@@ -234,9 +243,39 @@ fn bench(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    // An up-to-date peer re-announces its heads (a fresh state: a
-                    // message with heads and a have, no change).
-                    let p = &mut fx.peers[1];
+                    // Peer 0 writes; every peer gets the change and acknowledges it.
+                    let (conn, f) = write_frame(fx, 0);
+                    let out = fx.core.handle(0, Input::Frame(conn, f));
+                    let mut replies = deliver(out, &mut fx.peers, &fx.hub, fx.doc);
+                    let i = replies.iter().position(|(i, _)| *i == 1).unwrap();
+                    let (_, ack) = replies.swap_remove(i);
+                    let conn = fx.peers[1].conn;
+                    let start = Instant::now();
+                    let out = fx.core.handle(0, Input::Frame(conn, black_box(ack)));
+                    total += start.elapsed();
+                    replies.extend(deliver(out, &mut fx.peers, &fx.hub, fx.doc));
+                    settle(&mut fx.core, &mut fx.peers, &fx.hub, fx.doc, replies);
+                }
+                total
+            });
+        });
+    }
+    ack_group.finish();
+
+    let mut re_group = c.benchmark_group("hub_reannounce");
+    re_group
+        .measurement_time(Duration::from_secs(5))
+        .sample_size(10);
+    for (history, fx) in &mut fixtures {
+        re_group.bench_with_input(BenchmarkId::from_parameter(*history), history, |b, _| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    // An up-to-date peer re-announces its heads from a fresh state.
+                    // Each time from another peer: one connection may not do this
+                    // often (the work budget).
+                    fx.round += 1;
+                    let p = &mut fx.peers[1 + fx.round as usize % PEERS];
                     let mut fresh = sync::State::new();
                     let m = p.list.generate_sync_message(&mut fresh).unwrap();
                     let f = wire::encode(&WireMessage::Sync {
@@ -246,9 +285,12 @@ fn bench(c: &mut Criterion) {
                         data: m.encode(),
                     });
                     let conn = p.conn;
+                    // Two minutes apart: the budget repays one whole-history sync.
+                    let now_ms = fx.round as i64 * 120_000;
                     let start = Instant::now();
-                    let out = fx.core.handle(0, Input::Frame(conn, black_box(f)));
+                    let out = fx.core.handle(now_ms, Input::Frame(conn, black_box(f)));
                     total += start.elapsed();
+                    assert!(out.closes.is_empty(), "{:?}", out.closes);
                     let replies = deliver(out, &mut fx.peers, &fx.hub, fx.doc);
                     settle(&mut fx.core, &mut fx.peers, &fx.hub, fx.doc, replies);
                 }
@@ -256,7 +298,14 @@ fn bench(c: &mut Criterion) {
             });
         });
     }
-    ack_group.finish();
+    re_group.finish();
+    for (history, fx) in &fixtures {
+        let c = fx.core.doc(&fx.doc).unwrap().list().sync_counters();
+        eprintln!(
+            "{history} changes: sync steps from the window {}, by the stock path {}",
+            c.fast, c.stock
+        );
+    }
 }
 
 fn main() {

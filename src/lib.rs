@@ -5,6 +5,8 @@
 //! - [`authority`]: the invariant checks, events and repairs run after every merge
 //!   (DESIGN.md §4).
 //! - [`proto`]: the wire types every client reads.
+//! - [`sim`]: deterministic simulation of swarms against the real hub core (one seed,
+//!   simulated time and network, SQLite store).
 //!
 //! The model and the authority do no I/O and read no clock.
 #![warn(missing_docs)]
@@ -13,6 +15,7 @@ pub mod authority;
 pub mod client;
 pub mod hub;
 pub mod model;
+pub mod sim;
 pub mod store;
 
 /// The wire types (re-exported from `swarmtodo-proto`).

@@ -31,6 +31,9 @@ enum Command {
         #[arg(long, env = "SWARMTODO_DATA", default_value = "swarmtodo.db")]
         data: PathBuf,
     },
+    /// Run a simulation scenario deterministically over one seed or a range of seeds
+    /// (the real hub core, authority and SQLite store on a simulated network).
+    Sim(SimArgs),
     /// Write the JSON Schemas of the wire types into a folder.
     Schema {
         /// Target folder.
@@ -43,6 +46,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Demo => demo(),
         Command::Serve { listen, data } => serve(listen, data),
+        Command::Sim(args) => sim(args),
         Command::Schema { out } => {
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             for (name, schema) in swarmtodo::proto::schemas() {
@@ -55,6 +59,206 @@ fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+#[derive(Debug, clap::Args)]
+struct SimArgs {
+    /// The scenario file (`simulations/*.toml`).
+    file: PathBuf,
+    /// Run this one seed.
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Run the seeds A..B (B excluded).
+    #[arg(long, value_parser = parse_seeds)]
+    seeds: Option<std::ops::Range<u64>>,
+    /// Folder of the report (summary.json, runs.json, report.svg).
+    #[arg(long, default_value = "sim-report")]
+    report: PathBuf,
+    /// Folder for the runs' SQLite files (default: /dev/shm when present, else the
+    /// temporary folder).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Threads running seeds (default: the machine's cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Override the scenario's number of hub crashes per run.
+    #[arg(long)]
+    hub_crashes: Option<u32>,
+    /// Print the trace of each run (use with one seed). Live: the controller's log
+    /// (kills, restarts, cuts, partitions, slow readers).
+    #[arg(long)]
+    trace: bool,
+    /// Run live: a real `swarmtodo serve` process on a loopback port, real clients over
+    /// WebSockets, faults made for real (kill -9 and restart, cut connections, slow
+    /// readers). Seeds run one after the other; timing is the machine's.
+    #[arg(long)]
+    live: bool,
+    /// Override the scenario's storm length, milliseconds.
+    #[arg(long)]
+    duration_ms: Option<u64>,
+    /// Override the scenario's number of connection cuts (live only).
+    #[arg(long)]
+    cuts: Option<u32>,
+    /// Override the scenario's number of slow readers (live only).
+    #[arg(long)]
+    slow_readers: Option<u32>,
+}
+
+fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("{s:?}: write the range as A..B"))?;
+    let a: u64 = a.trim().parse().map_err(|e| format!("{a:?}: {e}"))?;
+    let b: u64 = b.trim().parse().map_err(|e| format!("{b:?}: {e}"))?;
+    if b <= a {
+        return Err(format!("{s:?}: the range is empty"));
+    }
+    Ok(a..b)
+}
+
+fn sim(args: SimArgs) -> Result<()> {
+    use swarmtodo::sim::{report, run_seeds, RunConfig, Scenario};
+    let mut scenario = Scenario::load(&args.file)?;
+    if let Some(n) = args.hub_crashes {
+        scenario.faults.hub_crashes = n;
+    }
+    if let Some(ms) = args.duration_ms {
+        anyhow::ensure!(ms > 0, "--duration-ms must be at least 1");
+        scenario.duration_ms = ms;
+    }
+    if let Some(n) = args.cuts {
+        scenario.faults.connection_cuts = n;
+    }
+    if let Some(n) = args.slow_readers {
+        scenario.faults.slow_readers = n;
+    }
+    let seeds = match (args.seed, args.seeds.clone()) {
+        (Some(s), _) => s..s + 1,
+        (None, Some(r)) => r,
+        (None, None) => 0..1,
+    };
+    let work_dir = args.work_dir.clone().unwrap_or_else(|| {
+        let shm = PathBuf::from("/dev/shm");
+        if shm.is_dir() {
+            shm
+        } else {
+            std::env::temp_dir()
+        }
+    });
+    if args.live {
+        return sim_live(&args, &scenario, seeds, work_dir);
+    }
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let base = RunConfig {
+        seed: seeds.start,
+        work_dir,
+        fault: None,
+        trace: args.trace,
+    };
+    let bar = indicatif::ProgressBar::new(seeds.end - seeds.start);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:40}] {pos}/{len} seeds, {per_sec}, eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(scenario.name.clone());
+    let failed = std::sync::atomic::AtomicU64::new(0);
+    let started = std::time::Instant::now();
+    let runs = run_seeds(&scenario, seeds, &base, jobs, &|o| {
+        if !o.passed() {
+            failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            bar.suspend(|| {
+                eprintln!(
+                    "FAILED seed {} (replay: swarmtodo sim {} --seed {}): {}",
+                    o.seed,
+                    args.file.display(),
+                    o.seed,
+                    o.failures().join(" | ")
+                );
+            });
+        }
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    if args.trace {
+        for r in &runs {
+            for line in &r.trace {
+                println!("{line}");
+            }
+        }
+    }
+    let summary = report::summarize(&scenario.name, &runs, wall_ms);
+    print!("{}", report::table(&summary));
+    report::write(&args.report, &summary, &runs)
+        .with_context(|| format!("writing the report to {}", args.report.display()))?;
+    println!("  report                       {}", args.report.display());
+    anyhow::ensure!(
+        summary.passed == summary.runs,
+        "{} of {} seeds failed: {:?}",
+        summary.runs - summary.passed,
+        summary.runs,
+        summary.failed_seeds
+    );
+    Ok(())
+}
+
+/// `sim --live`: the seeds one after the other against real hub processes.
+fn sim_live(
+    args: &SimArgs,
+    scenario: &swarmtodo::sim::Scenario,
+    seeds: std::ops::Range<u64>,
+    work_dir: PathBuf,
+) -> Result<()> {
+    use swarmtodo::sim::{report, run_live, LiveConfig};
+    let hub_bin = std::env::current_exe().context("finding this binary to run the hub")?;
+    let started = std::time::Instant::now();
+    let mut runs = Vec::new();
+    for seed in seeds {
+        let cfg = LiveConfig {
+            seed,
+            work_dir: work_dir.clone(),
+            hub_bin: hub_bin.clone(),
+            fault: None,
+            trace: args.trace,
+        };
+        eprintln!("{} seed {seed}: live run ...", scenario.name);
+        let o = run_live(scenario, &cfg).with_context(|| format!("live seed {seed}"))?;
+        if args.trace {
+            for line in &o.trace {
+                println!("{line}");
+            }
+        }
+        if !o.passed() {
+            eprintln!(
+                "FAILED live seed {seed} (rerun: swarmtodo sim {} --live --seed {seed}; kept: {}): {}",
+                args.file.display(),
+                o.live
+                    .as_ref()
+                    .and_then(|l| l.kept_dir.clone())
+                    .unwrap_or_default(),
+                o.failures().join(" | ")
+            );
+        }
+        runs.push(o);
+    }
+    let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let summary = report::summarize(&scenario.name, &runs, wall_ms);
+    print!("{}", report::table(&summary));
+    report::write(&args.report, &summary, &runs)
+        .with_context(|| format!("writing the report to {}", args.report.display()))?;
+    println!("  report                       {}", args.report.display());
+    anyhow::ensure!(
+        summary.passed == summary.runs,
+        "{} of {} live seeds failed: {:?}",
+        summary.runs - summary.passed,
+        summary.runs,
+        summary.failed_seeds
+    );
+    Ok(())
 }
 
 fn serve(listen: std::net::SocketAddr, data: PathBuf) -> Result<()> {

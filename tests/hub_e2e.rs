@@ -10,7 +10,7 @@ use std::process::Command;
 use common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::model::TodoList;
-use swarmtodo::proto::{Status, TaskPatch};
+use swarmtodo::proto::{EventBody, Rule, Status, TaskPatch};
 
 fn in_progress_for(list: &TodoList, owner: &str) -> usize {
     list.read()
@@ -55,6 +55,41 @@ async fn rust_clients_sync_through_the_hub_and_the_repair_reaches_everyone() {
     c_a.sync(doc, &mut a).await.unwrap();
     c_b.sync(doc, &mut b).await.unwrap();
     c_lead.sync(doc, &mut lead).await.unwrap();
+
+    // Both writers were told of the violation and of its repair, with the store's
+    // sequence numbers (increasing, no repeats).
+    for (who, c) in [("a", &mut c_a), ("b", &mut c_b)] {
+        let events = c.take_events();
+        let kinds: Vec<String> = events
+            .iter()
+            .map(|e| {
+                serde_json::to_value(e).unwrap()["kind"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .collect();
+        let violations: Vec<_> = events
+            .iter()
+            .filter_map(|e| match &e.body {
+                EventBody::Violation(v) => Some(v),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(violations.len(), 1, "{who}: {kinds:?}");
+        assert_eq!(violations[0].rule, Rule::SingleActive, "{who}");
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e.body, EventBody::Repaired { .. })),
+            "{who}: {kinds:?}"
+        );
+        assert!(
+            events.windows(2).all(|w| w[0].seq < w[1].seq),
+            "{who}: {events:?}"
+        );
+        assert!(events.iter().all(|e| e.list == doc.to_string()));
+    }
 
     // An observer joining now sees one task in progress, never two.
     let mut obs = TodoList::create(actor(4));
@@ -262,13 +297,41 @@ async fn synced_lists_follow_each_other_and_writes_made_offline_arrive_after_a_r
     let a = SyncedList::open(&hub.url, "alice", "live");
     let b = SyncedList::open(&hub.url, "bob", "live");
     let mut b_rx = b.subscribe();
+    let mut b_events = b.events();
+    // Events are pushed to the peers syncing the list when they happen: make sure both
+    // are (bob writes, alice sees it).
+    b.write(&patch(vec![upsert(task("t0", "Bob's first"))]), 1)
+        .unwrap();
+    let mut a_rx = a.subscribe();
+    wait_for(&mut a_rx, "alice to see t0", |s| {
+        s.tasks.iter().any(|t| t.id == "t0")
+    })
+    .await;
     a.write(&patch(vec![upsert(task("t1", "Online write"))]), 1)
         .unwrap();
-    assert_eq!(a.read().tasks.len(), 1, "a reads its own write at once");
+    assert!(
+        a.read().tasks.iter().any(|t| t.id == "t1"),
+        "a reads its own write at once"
+    );
     wait_for(&mut b_rx, "bob to see t1", |s| {
         s.tasks.iter().any(|t| t.id == "t1")
     })
     .await;
+    // Bob is told, as an event, who changed what.
+    let told = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let e = b_events.recv().await.unwrap();
+            if let swarmtodo::proto::EventBody::TasksChanged { agents, tasks, .. } = &e.body {
+                if tasks.iter().any(|t| t.task == "t1") {
+                    return (e.seq, agents.clone());
+                }
+            }
+        }
+    })
+    .await
+    .expect("bob got the tasks_changed event of t1");
+    assert!(told.0 >= 1);
+    assert_eq!(told.1, vec!["alice".to_owned()]);
 
     hub.kill9();
     // The hub is gone: writes still land locally and wait.
@@ -279,7 +342,7 @@ async fn synced_lists_follow_each_other_and_writes_made_offline_arrive_after_a_r
         s.tasks.iter().any(|t| t.id == "t2")
     })
     .await;
-    assert_eq!(b.read().tasks.len(), 2);
+    assert_eq!(b.read().tasks.len(), 3);
     a.close();
     b.close();
     drop(hub);

@@ -517,8 +517,12 @@ pub struct TaskChange {
 }
 
 /// What happened to a list (DESIGN.md §6). Every client reads this one schema.
+///
+/// Not `deny_unknown_fields`: it is flattened into [`Event`] (serde would refuse the
+/// event's own fields), and readers of the hub's output should accept fields a newer
+/// hub adds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventBody {
     /// Tasks were written (by agents, or by the authority's repair).
     TasksChanged {
@@ -542,9 +546,9 @@ pub enum EventBody {
     },
 }
 
-/// An event with its place in the list's stream.
+/// An event with its place in the list's stream. (Not `deny_unknown_fields`: serde
+/// cannot combine it with the flattened body.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct Event {
     /// Per list, strictly increasing from 1, no gaps: resume from any `seq`.
     pub seq: u64,

@@ -27,3 +27,20 @@ fn committed_schemas_match_the_types() {
         );
     }
 }
+
+/// An event, as the hub pushes and stores it, reads back as the same event.
+#[test]
+fn an_event_reads_back() {
+    use swarmtodo_proto::{Event, EventBody};
+    let e = Event {
+        seq: 7,
+        list: "4FvxaPuPEUoh6bchuS5Z7YHcTq5B".into(),
+        at_ms: 1_700_000_000_000,
+        body: EventBody::Repaired {
+            change: "ab12".into(),
+            notes: vec!["kept the later start".into()],
+        },
+    };
+    let json = serde_json::to_string(&e).unwrap();
+    assert_eq!(serde_json::from_str::<Event>(&json).unwrap(), e, "{json}");
+}

@@ -101,7 +101,15 @@ pub struct Connection {
     hub: PeerId,
     /// Sync state per document, kept across calls so a sync only sends what is new.
     states: BTreeMap<DocumentId, sync::State>,
+    /// Events the hub pushed during [`Connection::sync`], not taken yet (the oldest are
+    /// dropped past [`EVENTS_BUFFERED_MAX`]).
+    events: std::collections::VecDeque<crate::proto::Event>,
 }
+
+/// Events a [`Connection`] keeps for [`Connection::take_events`], and a [`SyncedList`]'s
+/// subscribers may lag behind by, before the oldest are dropped (the store keeps them
+/// all: read them back from there).
+pub const EVENTS_BUFFERED_MAX: usize = 1_024;
 
 impl Connection {
     /// Connects to `url` (`ws://host:port`) and joins as `peer_id`.
@@ -138,6 +146,7 @@ impl Connection {
             ws,
             peer_id,
             hub,
+            events: Default::default(),
             states: BTreeMap::new(),
         })
     }
@@ -182,6 +191,16 @@ impl Connection {
                         merges.push(merge);
                     }
                 }
+                WireMessage::Ephemeral {
+                    session_id, data, ..
+                } => {
+                    if let Some(e) = crate::hub::core::event_of(&session_id, &data) {
+                        if self.events.len() >= EVENTS_BUFFERED_MAX {
+                            self.events.pop_front();
+                        }
+                        self.events.push_back(e);
+                    }
+                }
                 // The hub has no such list and we hold nothing to give it.
                 WireMessage::DocUnavailable { document_id, .. }
                     if document_id == doc && list.is_empty() =>
@@ -195,6 +214,12 @@ impl Connection {
         Err(ClientError::Protocol(format!(
             "sync did not settle in {SYNC_ROUNDS_MAX} rounds"
         )))
+    }
+
+    /// The events (violations, conflicts, repairs, task changes) the hub pushed while
+    /// [`Connection::sync`] ran, oldest first.
+    pub fn take_events(&mut self) -> Vec<crate::proto::Event> {
+        self.events.drain(..).collect()
     }
 
     /// True when the hub's last word on `doc` was that it has exactly what `list` has:
@@ -321,6 +346,7 @@ impl Connection {
         list: &std::sync::Mutex<TodoList>,
         nudges: &mut tokio::sync::mpsc::Receiver<()>,
         changed: &(dyn Fn(&TodoList) + Send + Sync),
+        event: &(dyn Fn(crate::proto::Event) + Send + Sync),
     ) -> Result<(), ClientError> {
         loop {
             let outgoing = self.sync_frame(doc, &*lock(list)?, false);
@@ -341,6 +367,11 @@ impl Connection {
                             changed(&l);
                         }
                     }
+                    WireMessage::Ephemeral { session_id, data, .. } => {
+                        if let Some(e) = crate::hub::core::event_of(&session_id, &data) {
+                            event(e);
+                        }
+                    }
                     WireMessage::Error { message, .. } => return Err(ClientError::Closed(message)),
                     _ => {}
                 },
@@ -359,6 +390,7 @@ pub struct SyncedList {
     /// Shared with the sync task: both local writes and the hub's pushes publish.
     publish: std::sync::Arc<tokio::sync::watch::Sender<crate::proto::Snapshot>>,
     nudge: tokio::sync::mpsc::Sender<()>,
+    events: tokio::sync::broadcast::Sender<crate::proto::Event>,
     task: tokio::task::JoinHandle<()>,
     agent: String,
 }
@@ -381,16 +413,25 @@ impl SyncedList {
         let url = url.to_owned();
         let peer = format!("{agent}-{}", uuid::Uuid::from_u128(rand_u128()));
         let shared = list.clone();
+        let (events, _) = tokio::sync::broadcast::channel(EVENTS_BUFFERED_MAX);
+        let events_tx = events.clone();
         let task = tokio::spawn(async move {
             let changed = move |l: &TodoList| {
                 let _ = snap_tx.send(l.read());
+            };
+            let event = move |e: crate::proto::Event| {
+                // No subscriber: nobody to tell.
+                let _ = events_tx.send(e);
             };
             let mut backoff = RECONNECT_BACKOFF_MIN;
             loop {
                 match Connection::connect(&url, &peer).await {
                     Ok(mut conn) => {
                         backoff = RECONNECT_BACKOFF_MIN;
-                        match conn.serve_list(doc, &shared, &mut nudges, &changed).await {
+                        match conn
+                            .serve_list(doc, &shared, &mut nudges, &changed, &event)
+                            .await
+                        {
                             Ok(()) => return,
                             Err(e) => tracing::info!(error = %e, "connection to the hub lost"),
                         }
@@ -406,6 +447,7 @@ impl SyncedList {
             snapshots,
             publish,
             nudge,
+            events,
             task,
             agent: agent.to_owned(),
         }
@@ -419,6 +461,13 @@ impl SyncedList {
     /// Snapshots as they change (local writes and what the hub pushes).
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<crate::proto::Snapshot> {
         self.snapshots.clone()
+    }
+
+    /// The hub's events about this list (violations, conflicts, repairs, task changes)
+    /// from now on, as it pushes them. A subscriber more than [`EVENTS_BUFFERED_MAX`]
+    /// behind gets `Lagged` and misses the oldest.
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<crate::proto::Event> {
+        self.events.subscribe()
     }
 
     /// `todo_write` on the local replica (validated there), then synced in the background.

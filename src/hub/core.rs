@@ -70,12 +70,18 @@ pub enum Input {
     Disconnected(ConnId),
 }
 
+/// The `session_id` of the `ephemeral` messages that carry the hub's events (the data
+/// is a CBOR text string holding one [`Event`](crate::proto::Event) as JSON).
+pub const EVENTS_SESSION: &str = "swarmtodo-events";
+
 /// What one merge makes durable: the new changes (including the repair), the events,
 /// and the authority's new idempotency keys — one transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Commit {
     /// The list.
     pub doc: DocumentId,
+    /// The peers syncing the list, told of its events once they are durable.
+    pub notify: Vec<(ConnId, PeerId)>,
     /// Every change new to the hub, as merged (no lookup in the document needed).
     pub changes: Vec<automerge::Change>,
     /// Events, in order (the store assigns their `seq`).
@@ -236,6 +242,11 @@ impl HubCore {
     /// One list.
     pub fn doc(&self, id: &DocumentId) -> Option<&DocState> {
         self.docs.get(id)
+    }
+
+    /// The hub's automerge-repo peer id.
+    pub fn peer_id(&self) -> &PeerId {
+        &self.config.peer_id
     }
 
     /// Connections open.
@@ -509,7 +520,20 @@ impl HubCore {
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return;
         };
-        if let Some(commit) = commit {
+        if let Some(mut commit) = commit {
+            if !commit.events.is_empty() {
+                commit.notify = doc
+                    .peers
+                    .keys()
+                    .filter_map(|p| match self.conns.get(p) {
+                        Some(Conn {
+                            state: ConnState::Ready(id),
+                            ..
+                        }) => Some((*p, id.clone())),
+                        _ => None,
+                    })
+                    .collect();
+            }
             tracing::debug!(doc = %doc_id, changes = commit.changes.len(), events = commit.events.len(), "merged");
             doc.since_compaction += commit.changes.len();
             fx.commits.push(commit);
@@ -648,6 +672,7 @@ impl HubCore {
     ) -> Commit {
         let mut commit = Commit {
             doc: doc_id,
+            notify: Vec::new(),
             changes: Vec::new(),
             events: Vec::new(),
             reported: Vec::new(),
@@ -689,6 +714,52 @@ impl HubCore {
         }
         commit
     }
+}
+
+/// The `ephemeral` frames that push a commit's events (numbered by the store) to the
+/// list's peers.
+pub fn event_frames(
+    hub: &PeerId,
+    commit: &Commit,
+    seqs: &[u64],
+    at_ms: i64,
+) -> Vec<(ConnId, Vec<u8>)> {
+    let mut frames = Vec::new();
+    for (body, &seq) in commit.events.iter().zip(seqs) {
+        let event = crate::proto::Event {
+            seq,
+            list: commit.doc.to_string(),
+            at_ms,
+            body: body.clone(),
+        };
+        let Ok(json) = serde_json::to_string(&event) else {
+            continue;
+        };
+        let Ok(data) = minicbor::to_vec(json.as_str()) else {
+            continue;
+        };
+        for (conn, peer) in &commit.notify {
+            let m = WireMessage::Ephemeral {
+                sender_id: hub.clone(),
+                target_id: peer.clone(),
+                document_id: commit.doc,
+                count: seq,
+                session_id: EVENTS_SESSION.to_owned(),
+                data: data.clone(),
+            };
+            frames.push((*conn, wire::encode(&m)));
+        }
+    }
+    frames
+}
+
+/// The event an `ephemeral` message from the hub carries, if it is one.
+pub fn event_of(session_id: &str, data: &[u8]) -> Option<crate::proto::Event> {
+    if session_id != EVENTS_SESSION {
+        return None;
+    }
+    let json: &str = minicbor::decode(data).ok()?;
+    serde_json::from_str(json).ok()
 }
 
 /// The `tasks_changed` event of one merge.

@@ -8,7 +8,7 @@
 //! - `persist`: the core's commits into the SQLite [`Store`].
 
 pub mod core;
-mod persist;
+pub(crate) mod persist;
 pub mod server;
 pub mod syncmsg;
 pub mod wire;

@@ -6,7 +6,7 @@ use automerge::Automerge;
 
 use super::core::{Commit, HubCore};
 use super::wire::DocumentId;
-use crate::store::{Batch, ChangeRecord, DocId, NewEvent, Store, StoreError};
+use crate::store::{Batch, ChangeRecord, Db, DocId, NewEvent, Store, StoreError};
 
 /// The store's id of a document.
 pub(crate) fn doc_id(d: &DocumentId) -> DocId {
@@ -32,13 +32,14 @@ fn kind(body: &crate::proto::EventBody) -> &'static str {
 }
 
 /// Makes one commit durable. A list the store does not know yet (created by a peer's
-/// first sync) is registered under its document id as its name.
+/// first sync) is registered under its document id as its name. Returns the events'
+/// sequence numbers.
 pub(crate) async fn commit(
     store: &Store,
     known: &mut BTreeSet<DocumentId>,
-    commit: Commit,
+    commit: &Commit,
     now_ms: i64,
-) -> Result<(), StoreError> {
+) -> Result<Vec<u64>, StoreError> {
     let doc = doc_id(&commit.doc);
     if !known.contains(&commit.doc) {
         store
@@ -46,6 +47,12 @@ pub(crate) async fn commit(
             .await?;
         known.insert(commit.doc);
     }
+    let batch = batch(commit, now_ms)?;
+    Ok(store.commit_merge(doc, batch).await?.seqs)
+}
+
+/// The store's batch for one commit: its changes, its events stamped `now_ms`, its keys.
+fn batch(commit: &Commit, now_ms: i64) -> Result<Batch, StoreError> {
     let events = commit
         .events
         .iter()
@@ -59,16 +66,57 @@ pub(crate) async fn commit(
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let batch = Batch {
+    Ok(Batch {
         changes: commit
             .changes
             .iter()
             .map(ChangeRecord::from_change)
             .collect(),
         events,
-        reported: commit.reported,
+        reported: commit.reported.clone(),
+    })
+}
+
+/// [`commit`] on a synchronous [`Db`], for code without a runtime (the simulation):
+/// the same rows as the hub writes.
+pub(crate) fn commit_sync(
+    db: &mut Db,
+    known: &mut BTreeSet<DocumentId>,
+    commit: &Commit,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let doc = doc_id(&commit.doc);
+    if !known.contains(&commit.doc) {
+        db.create_or_get_list(&commit.doc.to_string(), doc)?;
+        known.insert(commit.doc);
+    }
+    db.commit_merge(doc, &batch(commit, now_ms)?)?;
+    Ok(())
+}
+
+/// [`load_all`] from a synchronous [`Db`].
+pub(crate) fn load_all_sync(
+    db: &Db,
+    core: &mut HubCore,
+) -> Result<BTreeSet<DocumentId>, StoreError> {
+    let mut known = BTreeSet::new();
+    for doc in db.list_docs()? {
+        let id = DocumentId::from_bytes(doc.0);
+        known.insert(id);
+        reload_sync(db, core, id)?;
+    }
+    Ok(known)
+}
+
+/// [`reload`] from a synchronous [`Db`].
+pub(crate) fn reload_sync(db: &Db, core: &mut HubCore, id: DocumentId) -> Result<(), StoreError> {
+    let doc = doc_id(&id);
+    let loaded = match db.load(doc) {
+        Ok(Some(l)) => l,
+        Ok(None) | Err(StoreError::UnknownList(_)) => return Ok(()),
+        Err(e) => return Err(e),
     };
-    store.commit_merge(doc, batch).await?;
+    core.load_doc(id, loaded.rebuild()?, db.reported(doc)?);
     Ok(())
 }
 

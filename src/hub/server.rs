@@ -428,10 +428,18 @@ async fn perform(
 ) -> Result<(), ServeError> {
     // Durable first: nothing is relayed before it is on disk. A commit that fails stops
     // the hub: what is not durable must not be relayed or acknowledged.
+    let mut events = Vec::new();
     for commit in fx.commits {
-        super::persist::commit(store, known, commit, now_ms())
+        let at_ms = now_ms();
+        let seqs = super::persist::commit(store, known, &commit, at_ms)
             .await
             .map_err(|e| ServeError::Store(e.to_string()))?;
+        events.extend(super::core::event_frames(
+            core.peer_id(),
+            &commit,
+            &seqs,
+            at_ms,
+        ));
     }
     for doc in fx.reloads {
         super::persist::reload(store, core, doc)
@@ -448,7 +456,8 @@ async fn perform(
         }
     }
     let mut slow = Vec::new();
-    for (id, frame) in fx.sends {
+    // The sync messages first (the state after the repair), then the events about it.
+    for (id, frame) in fx.sends.into_iter().chain(events) {
         let Some(outbox) = outboxes.get(&id) else {
             continue;
         };

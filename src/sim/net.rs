@@ -1,0 +1,231 @@
+//! The simulated network and the event queue of simulated time.
+//!
+//! Time is a `u64` of simulated milliseconds; nothing reads a clock. Events are ordered
+//! by `(time, sequence number)`, the sequence number being the order they were
+//! scheduled in, so two events at one instant always run in the same order.
+//!
+//! A frame between an agent and the hub takes a latency drawn from the scenario's
+//! range and arrives after every earlier frame of the same direction of the same
+//! connection (FIFO, like a WebSocket), unless the storm's faults apply: then it may be
+//! lost, arrive twice, or be held back so that later frames overtake it.
+
+use std::collections::{BTreeMap, BinaryHeap};
+
+use super::rng::Rng;
+use super::scenario::NetworkSpec;
+use crate::hub::core::{Close, ConnId};
+
+/// Longest extra hold of a frame picked for reordering, in simulated milliseconds.
+pub const REORDER_HOLD_MS_MAX: u64 = 200;
+/// Most events waiting in the queue; past it the run stops with an error (a scenario
+/// far beyond what the simulator is for, or a feedback loop in the runner).
+pub const QUEUE_EVENTS_MAX: usize = 4_000_000;
+
+/// Which way a frame travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Dir {
+    /// Agent to hub.
+    ToHub,
+    /// Hub to agent.
+    ToAgent,
+}
+
+/// Something that happens at a simulated instant.
+#[derive(Debug)]
+pub enum Event {
+    /// An agent's next action.
+    Act(usize),
+    /// An agent checks its connection (stalled sync, reconnect).
+    Timer(usize),
+    /// An agent tries to connect.
+    Connect(usize),
+    /// A frame arrives.
+    Frame(ConnId, Dir, Vec<u8>),
+    /// The hub closed the connection; the agent learns it now.
+    Closed(ConnId, Close),
+    /// The agent's side of the connection is gone; the hub learns it now.
+    Gone(ConnId),
+    /// The hub process is killed.
+    Crash,
+    /// The hub process starts again from its store.
+    Restart,
+    /// These agents lose the network.
+    PartitionStart(Vec<usize>),
+    /// These agents get it back.
+    PartitionEnd(Vec<usize>),
+    /// The storm ends: faults stop, agents stop acting, the run waits for quiescence.
+    StormEnd,
+    /// Measure divergence (for the convergence picture) and look for quiescence.
+    Sample,
+}
+
+impl Event {
+    /// A frame or a close on its way: the network is not quiet while one is.
+    pub fn in_flight(&self) -> bool {
+        matches!(self, Event::Frame(..) | Event::Closed(..) | Event::Gone(..))
+    }
+
+    /// A short, deterministic description for the trace.
+    pub fn describe(&self) -> String {
+        match self {
+            Event::Act(a) => format!("act a{a}"),
+            Event::Timer(a) => format!("timer a{a}"),
+            Event::Connect(a) => format!("connect a{a}"),
+            Event::Frame(c, d, bytes) => {
+                format!("frame c{} {d:?} {}B #{:016x}", c.0, bytes.len(), fnv(bytes))
+            }
+            Event::Closed(c, close) => format!("closed c{} {} {}", c.0, close.code, close.reason),
+            Event::Gone(c) => format!("gone c{}", c.0),
+            Event::Crash => "crash".to_owned(),
+            Event::Restart => "restart".to_owned(),
+            Event::PartitionStart(a) => format!("partition {a:?}"),
+            Event::PartitionEnd(a) => format!("heal {a:?}"),
+            Event::StormEnd => "storm end".to_owned(),
+            Event::Sample => "sample".to_owned(),
+        }
+    }
+}
+
+/// FNV-1a over bytes: the trace's fingerprint of a frame.
+pub fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Events by simulated time, ties in scheduling order.
+#[derive(Debug, Default)]
+pub struct Queue {
+    heap: BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
+    events: BTreeMap<u64, Event>,
+    next: u64,
+    /// Frames and connection closes in the queue (quiescence needs none in flight).
+    frames: usize,
+}
+
+impl Queue {
+    /// Schedules `event` at `at`.
+    pub fn push(&mut self, at: u64, event: Event) -> Result<(), super::SimError> {
+        if self.events.len() >= QUEUE_EVENTS_MAX {
+            return Err(super::SimError::QueueFull(QUEUE_EVENTS_MAX));
+        }
+        if event.in_flight() {
+            self.frames += 1;
+        }
+        let seq = self.next;
+        self.next += 1;
+        self.heap.push(std::cmp::Reverse((at, seq)));
+        self.events.insert(seq, event);
+        Ok(())
+    }
+
+    /// The next event and its time.
+    pub fn pop(&mut self) -> Option<(u64, Event)> {
+        loop {
+            let std::cmp::Reverse((at, seq)) = self.heap.pop()?;
+            let Some(event) = self.events.remove(&seq) else {
+                continue;
+            };
+            if event.in_flight() {
+                self.frames -= 1;
+            }
+            return Some((at, event));
+        }
+    }
+
+    /// Frames and closes in flight.
+    pub fn frames_in_flight(&self) -> usize {
+        self.frames
+    }
+
+    /// Drops every frame in flight on the connections `dead` says are gone (a crash).
+    pub fn drop_frames(&mut self, dead: impl Fn(ConnId) -> bool) {
+        let before = self.events.len();
+        self.events
+            .retain(|_, e| !matches!(e, Event::Frame(c, ..) if dead(*c)));
+        let dropped = before - self.events.len();
+        self.frames -= dropped;
+        // Their heap entries stay and are skipped by `pop` (no event under the seq).
+    }
+}
+
+/// What happens to one frame.
+#[derive(Debug, Default)]
+pub struct Fate {
+    /// Delivery times (none: lost; two: duplicated).
+    pub deliveries: Vec<u64>,
+    /// It was lost.
+    pub dropped: bool,
+    /// It was duplicated.
+    pub duplicated: bool,
+    /// It was held back for reordering.
+    pub reordered: bool,
+}
+
+/// The network's state: FIFO order per connection and direction, and the faults.
+#[derive(Debug)]
+pub struct Net {
+    spec: NetworkSpec,
+    /// Last delivery time per connection and direction (FIFO unless reordered).
+    last: BTreeMap<(ConnId, Dir), u64>,
+    /// Faults apply (during the storm only).
+    pub faulty: bool,
+}
+
+impl Net {
+    /// A network as the scenario describes it, faults on.
+    pub fn new(spec: NetworkSpec) -> Net {
+        Net {
+            spec,
+            last: BTreeMap::new(),
+            faulty: true,
+        }
+    }
+
+    /// One-way latency.
+    pub fn latency(&self, rng: &mut Rng) -> u64 {
+        rng.range(self.spec.latency_ms[0], self.spec.latency_ms[1])
+    }
+
+    /// When (and whether) a frame sent at `now` arrives. `reliable` frames (connection
+    /// set-up of the rogue's side channels) are never lost.
+    pub fn fate(&mut self, rng: &mut Rng, now: u64, conn: ConnId, dir: Dir) -> Fate {
+        let mut fate = Fate::default();
+        let faulty = self.faulty;
+        if faulty && rng.chance(self.spec.drop) {
+            fate.dropped = true;
+            return fate;
+        }
+        let mut at = now + self.latency(rng);
+        let last = self.last.entry((conn, dir)).or_insert(0);
+        if faulty && rng.chance(self.spec.reorder) {
+            // Held back; later frames do not wait for it.
+            fate.reordered = true;
+            at += rng.range(1, REORDER_HOLD_MS_MAX);
+        } else {
+            at = at.max(*last);
+            *last = at;
+        }
+        fate.deliveries.push(at);
+        if faulty && rng.chance(self.spec.duplicate) {
+            fate.duplicated = true;
+            fate.deliveries.push(at + self.latency(rng));
+        }
+        fate
+    }
+
+    /// Forgets a closed connection.
+    pub fn forget(&mut self, conn: ConnId) {
+        self.last.remove(&(conn, Dir::ToHub));
+        self.last.remove(&(conn, Dir::ToAgent));
+    }
+
+    /// The earliest time a frame on `conn` in `dir` could arrive without overtaking
+    /// (for a close that must follow the frames sent before it).
+    pub fn after_last(&self, conn: ConnId, dir: Dir, at: u64) -> u64 {
+        self.last.get(&(conn, dir)).map_or(at, |l| at.max(*l + 1))
+    }
+}
