@@ -13,6 +13,7 @@
 
 pub mod authority;
 pub mod client;
+pub mod config;
 pub mod hub;
 pub mod model;
 pub mod sim;

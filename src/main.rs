@@ -25,11 +25,16 @@ enum Command {
     /// SQLite storage.
     Serve {
         /// Address to listen on (port 0: any free port; the bound address is printed).
-        #[arg(long, env = "SWARMTODO_LISTEN", default_value = "127.0.0.1:7700")]
-        listen: std::net::SocketAddr,
-        /// SQLite file (created on first run).
-        #[arg(long, env = "SWARMTODO_DATA", default_value = "swarmtodo.db")]
-        data: PathBuf,
+        /// Default 127.0.0.1:7700; the flag and the environment win over the config file.
+        #[arg(long, env = "SWARMTODO_LISTEN")]
+        listen: Option<std::net::SocketAddr>,
+        /// SQLite file (created on first run). Default ./swarmtodo.db.
+        #[arg(long, env = "SWARMTODO_DATA")]
+        data: Option<PathBuf>,
+        /// Configuration file (TOML: listen, data, log, policy, roles, tokens; see
+        /// `swarmtodo::config`).
+        #[arg(long, env = "SWARMTODO_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Run a simulation scenario deterministically over one seed or a range of seeds
     /// (the real hub core, authority and SQLite store on a simulated network).
@@ -45,7 +50,11 @@ enum Command {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Demo => demo(),
-        Command::Serve { listen, data } => serve(listen, data),
+        Command::Serve {
+            listen,
+            data,
+            config,
+        } => serve(listen, data, config),
         Command::Sim(args) => sim(args),
         Command::Schema { out } => {
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
@@ -261,22 +270,54 @@ fn sim_live(
     Ok(())
 }
 
-fn serve(listen: std::net::SocketAddr, data: PathBuf) -> Result<()> {
+/// Where the hub listens when nothing says otherwise.
+const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+/// The hub's SQLite file when nothing says otherwise.
+const DEFAULT_DATA: &str = "swarmtodo.db";
+
+fn serve(
+    listen: Option<std::net::SocketAddr>,
+    data: Option<PathBuf>,
+    config: Option<PathBuf>,
+) -> Result<()> {
+    let config = match &config {
+        Some(path) => swarmtodo::config::Config::load(path)?,
+        None => swarmtodo::config::Config::default(),
+    };
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("SWARMTODO_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(config.log.as_deref().unwrap_or("info"))
+        });
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SWARMTODO_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    let listen = match listen.or(config.listen) {
+        Some(l) => l,
+        None => DEFAULT_LISTEN.parse().context("the default address")?,
+    };
+    let data = data
+        .or_else(|| config.data.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA));
+    let access = match config.tokens() {
+        Some(tokens) => swarmtodo::hub::server::Access::Tokens(tokens),
+        None if listen.ip().is_loopback() => swarmtodo::hub::server::Access::Open,
+        None => anyhow::bail!(
+            "listening on {listen}, beyond loopback, needs tokens: add [[tokens]] to a config file (--config)"
+        ),
+    };
+    let mut hub_config = swarmtodo::hub::core::HubConfig::new(automerge::ActorId::random());
+    hub_config.policy = config.policy();
+    hub_config.roles = config.roles();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let hub = swarmtodo::hub::Hub::open(&data)
+        let hub = swarmtodo::hub::Hub::open_with(&data, hub_config)
             .await
-            .with_context(|| format!("opening {}", data.display()))?;
+            .with_context(|| format!("opening {}", data.display()))?
+            .with_access(access);
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("listening on {listen}"))?;

@@ -59,11 +59,22 @@ pub struct Close {
     pub message: Option<String>,
 }
 
+/// Who a connection is, from the token it presented (DESIGN.md §7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The agent id the token stands for.
+    pub agent: String,
+    /// Its role.
+    pub role: crate::authority::Role,
+}
+
 /// One input to the core.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
     /// A WebSocket connection was accepted.
     Connected(ConnId),
+    /// The connection presented a token: it acts as this identity.
+    Identified(ConnId, Identity),
     /// A binary frame arrived.
     Frame(ConnId, Vec<u8>),
     /// The connection is gone.
@@ -149,6 +160,8 @@ struct Conn {
     docs: BTreeSet<DocumentId>,
     /// History work this connection may still cause (see [`SYNC_WORK_BURST`]).
     work: WorkBudget,
+    /// Who it is, when it presented a token.
+    identity: Option<Identity>,
 }
 
 /// A token bucket of history work (see [`SYNC_WORK_BURST`]).
@@ -273,8 +286,15 @@ impl HubCore {
                         state: ConnState::Handshake,
                         docs: BTreeSet::new(),
                         work: WorkBudget::new(now_ms),
+                        identity: None,
                     },
                 );
+            }
+            Input::Identified(c, who) => {
+                if let Some(conn) = self.conns.get_mut(&c) {
+                    tracing::debug!(conn = c.0, agent = %who.agent, role = ?who.role, "identified");
+                    conn.identity = Some(who);
+                }
             }
             Input::Disconnected(c) => self.drop_conn(c),
             Input::Frame(c, bytes) => self.frame(now_ms, c, &bytes, &mut fx),
@@ -437,6 +457,20 @@ impl HubCore {
                 return self.fail(c, 1008, e.code(), format!("bad sync message: {e}"), fx);
             }
         };
+        let observer = self
+            .conns
+            .get(&c)
+            .and_then(|conn| conn.identity.as_ref())
+            .is_some_and(|who| who.role == crate::authority::Role::Observer);
+        if observer && !message.changes.is_empty() {
+            return self.fail(
+                c,
+                1008,
+                "read_only",
+                "this token is an observer's: it may read lists, not change them".to_owned(),
+                fx,
+            );
+        }
         if !self.docs.contains_key(&doc_id) {
             if message.heads.is_empty() && message.changes.is_empty() {
                 // Nothing here and nothing offered: automerge-repo's "not found". A peer

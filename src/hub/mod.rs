@@ -34,6 +34,7 @@ pub struct Hub {
     core: HubCore,
     store: Store,
     known: BTreeSet<DocumentId>,
+    access: server::Access,
 }
 
 impl Hub {
@@ -43,11 +44,28 @@ impl Hub {
         Hub::with_store(store, HubConfig::new(ActorId::random())).await
     }
 
+    /// Opens (or creates) the SQLite file at `path` with the given core configuration.
+    pub async fn open_with(path: &Path, config: HubConfig) -> Result<Hub, StoreError> {
+        let store = Store::open(path.to_path_buf()).await?;
+        Hub::with_store(store, config).await
+    }
+
     /// A hub on an opened store with the given core configuration.
     pub async fn with_store(store: Store, config: HubConfig) -> Result<Hub, StoreError> {
         let mut core = HubCore::new(config);
         let known = persist::load_all(&store, &mut core).await?;
-        Ok(Hub { core, store, known })
+        Ok(Hub {
+            core,
+            store,
+            known,
+            access: server::Access::Open,
+        })
+    }
+
+    /// Who may connect (default: anyone who reaches the socket).
+    pub fn with_access(mut self, access: server::Access) -> Hub {
+        self.access = access;
+        self
     }
 
     /// Serves on `listener` until `shutdown` resolves (see [`server::run`]).
@@ -56,7 +74,15 @@ impl Hub {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), ServeError> {
-        server::run(listener, self.core, self.store, self.known, shutdown).await
+        server::run(
+            listener,
+            self.core,
+            self.store,
+            self.known,
+            self.access,
+            shutdown,
+        )
+        .await
     }
 }
 

@@ -17,9 +17,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{http, Message};
 
-use super::core::{Close, ConnId, Effects, HubCore, Input};
+use super::core::{Close, ConnId, Effects, HubCore, Identity, Input};
 use super::wire::{DocumentId, MESSAGE_BYTES_MAX};
 use crate::store::Store;
 
@@ -59,8 +59,8 @@ const _: () = assert!(WRITE_BUFFER_BYTES < WRITE_BUFFER_BYTES_MAX);
 /// What the hub task receives.
 #[derive(Debug)]
 enum ToHub {
-    /// A connection opened, with its outbox.
-    Open(ConnId, Outbox),
+    /// A connection opened, with its outbox and who its token says it is.
+    Open(ConnId, Outbox, Option<Identity>),
     /// An input for the core.
     Input(Input),
     /// Close a connection for a reason found outside the core (rate, size, idleness):
@@ -140,8 +140,10 @@ pub async fn run(
     core: HubCore,
     store: Store,
     known: BTreeSet<DocumentId>,
+    access: Access,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let access = Arc::new(access);
     let (to_hub, hub_rx) = mpsc::channel::<ToHub>(HUB_QUEUE_MAX);
     let mut hub = tokio::spawn(hub_task(core, store, known, hub_rx));
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
@@ -173,9 +175,10 @@ pub async fn run(
                 next_conn += 1;
                 let id = ConnId(next_conn);
                 let to_hub = to_hub.clone();
+                let access = access.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
-                    serve_conn(id, stream, to_hub).await;
+                    serve_conn(id, stream, to_hub, &access).await;
                 });
             }
         }
@@ -194,11 +197,59 @@ pub async fn run(
     }
 }
 
-async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>) {
+/// Who may connect (DESIGN.md §7).
+#[derive(Debug, Clone, Default)]
+pub enum Access {
+    /// Anyone who can reach the socket (the default: loopback only).
+    #[default]
+    Open,
+    /// Only connections whose URL carries a known `?token=`; each acts as the token's
+    /// identity.
+    Tokens(BTreeMap<String, Identity>),
+}
+
+impl Access {
+    /// The identity for a WebSocket upgrade request's URI, or the HTTP refusal.
+    fn admit(&self, uri: &http::Uri) -> Result<Option<Identity>, &'static str> {
+        let Access::Tokens(tokens) = self else {
+            return Ok(None);
+        };
+        let token = uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("token="));
+        match token {
+            None => Err("this hub needs a token: connect to ws://HOST:PORT/?token=YOUR_TOKEN"),
+            Some(t) => tokens
+                .get(t)
+                .cloned()
+                .map(Some)
+                .ok_or("unknown token: ask the hub's operator for yours"),
+        }
+    }
+}
+
+async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>, access: &Access) {
     let _ = stream.set_nodelay(true);
+    let mut who = None;
+    // The signature is tungstenite's (`Callback`): its error is the HTTP response.
+    #[allow(clippy::result_large_err)]
+    let admit = |req: &http::Request<()>, resp: http::Response<()>| match access.admit(req.uri()) {
+        Ok(identity) => {
+            who = identity;
+            Ok(resp)
+        }
+        Err(why) => {
+            tracing::info!(conn = id.0, why, "connection refused");
+            let mut refusal = http::Response::new(Some(why.to_owned()));
+            *refusal.status_mut() = http::StatusCode::UNAUTHORIZED;
+            Err(refusal)
+        }
+    };
     let ws = match tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
-        tokio_tungstenite::accept_async_with_config(stream, Some(ws_config())),
+        tokio_tungstenite::accept_hdr_async_with_config(stream, admit, Some(ws_config())),
     )
     .await
     {
@@ -221,7 +272,7 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>) 
         close: close_tx,
         queued_bytes: queued_bytes.clone(),
     };
-    if to_hub.send(ToHub::Open(id, outbox)).await.is_err() {
+    if to_hub.send(ToHub::Open(id, outbox, who)).await.is_err() {
         return;
     }
     let mut writer = tokio::spawn(async move {
@@ -381,9 +432,14 @@ async fn hub_task(
     let mut outboxes: BTreeMap<ConnId, Outbox> = BTreeMap::new();
     while let Some(msg) = rx.recv().await {
         let input = match msg {
-            ToHub::Open(id, outbox) => {
+            ToHub::Open(id, outbox, who) => {
                 outboxes.insert(id, outbox);
-                Input::Connected(id)
+                let fx = core.handle(now_ms(), Input::Connected(id));
+                perform(&mut core, &store, &mut known, &mut outboxes, fx).await?;
+                match who {
+                    Some(who) => Input::Identified(id, who),
+                    None => continue,
+                }
             }
             ToHub::Input(i) => i,
             ToHub::Kick(id, close) => {

@@ -128,9 +128,15 @@ impl HubProc {
 
     /// Starts a hub on `listen`.
     pub fn start_at(db: &Path, listen: &str) -> HubProc {
+        HubProc::start_with(db, listen, &[])
+    }
+
+    /// Starts a hub on `listen` with more `serve` arguments.
+    pub fn start_with(db: &Path, listen: &str, args: &[&str]) -> HubProc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
             .args(["serve", "--listen", listen, "--data"])
             .arg(db)
+            .args(args)
             .env(
                 "SWARMTODO_LOG",
                 std::env::var("SWARMTODO_LOG").unwrap_or_else(|_| "warn".into()),

@@ -1,0 +1,159 @@
+//! Tokens, roles and the configuration file (DESIGN.md §7; issue: the hub, point 1):
+//! a real hub process started with `--config`, real clients.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use swarmtodo::client::{list_document_id, Connection};
+use swarmtodo::model::TodoList;
+use swarmtodo::proto::{EventBody, Rule, Status, TaskPatch};
+
+const CONFIG: &str = r#"
+log = "warn"
+
+[policy]
+ownership = "repair"
+
+[[tokens]]
+token = "lead-token-0123456789"
+agent = "lead"
+role = "lead"
+
+[[tokens]]
+token = "worker-token-0123456789"
+agent = "sub-a"
+role = "worker"
+
+[[tokens]]
+token = "observer-token-0123456789"
+agent = "dashboard"
+role = "observer"
+"#;
+
+fn with_token(url: &str, token: &str) -> String {
+    format!("{url}/?token={token}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_admit_agents_with_their_roles() {
+    let dir = scratch("auth");
+    let config = dir.join("swarmtodo.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let hub = HubProc::start_with(
+        &dir.join("hub.db"),
+        "127.0.0.1:0",
+        &["--config", config.to_str().unwrap()],
+    );
+    let doc = list_document_id("secured");
+
+    // No token, or an unknown one: refused at the WebSocket upgrade, with a reason.
+    for url in [hub.url.clone(), with_token(&hub.url, "nope-nope-nope-nope")] {
+        let err = Connection::connect(&url, "stranger").await.unwrap_err();
+        assert!(err.to_string().contains("401"), "{url}: {err}");
+    }
+
+    // The lead plans, t1 owned by the lead.
+    let mut lead = planned();
+    write(
+        &mut lead,
+        "lead",
+        patch(vec![upsert(TaskPatch {
+            owner: Some(Some("lead".into())),
+            ..task("t1", "Read the issue")
+        })]),
+    );
+    let mut c_lead = Connection::connect(&with_token(&hub.url, "lead-token-0123456789"), "lead")
+        .await
+        .unwrap();
+    c_lead.sync(doc, &mut lead).await.unwrap();
+    assert!(c_lead.in_sync(doc, &lead));
+
+    // The worker (its role from its token) changes the lead's task: reported, repaired.
+    let mut sub = TodoList::create(actor(2));
+    let mut c_sub = Connection::connect(&with_token(&hub.url, "worker-token-0123456789"), "sub-a")
+        .await
+        .unwrap();
+    c_sub.sync(doc, &mut sub).await.unwrap();
+    write(
+        &mut sub,
+        "sub-a",
+        patch(vec![upsert(status("t1", Status::Cancelled))]),
+    );
+    c_sub.sync(doc, &mut sub).await.unwrap();
+    c_sub.sync(doc, &mut sub).await.unwrap();
+    let events = c_sub.take_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(&e.body, EventBody::Violation(v) if v.rule == Rule::Ownership)),
+        "{events:?}"
+    );
+    let t1 = sub.read().tasks.into_iter().find(|t| t.id == "t1").unwrap();
+    assert_eq!(
+        t1.status,
+        Status::Pending,
+        "the worker's change to the lead's task was undone"
+    );
+
+    // The observer reads, and may not write.
+    let mut obs = TodoList::create(actor(3));
+    let mut c_obs = Connection::connect(
+        &with_token(&hub.url, "observer-token-0123456789"),
+        "dashboard",
+    )
+    .await
+    .unwrap();
+    c_obs.sync(doc, &mut obs).await.unwrap();
+    assert_eq!(obs.read().tasks.len(), 3);
+    write(
+        &mut obs,
+        "dashboard",
+        patch(vec![upsert(task("t9", "Sneaky"))]),
+    );
+    let err = c_obs.sync(doc, &mut obs).await.unwrap_err();
+    assert!(err.to_string().contains("observer"), "{err}");
+    c_lead.sync(doc, &mut lead).await.unwrap();
+    assert!(lead.read().tasks.iter().all(|t| t.id != "t9"));
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn serve_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
+        .arg("serve")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "serve {args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_bad_config_or_an_open_public_hub_is_refused_with_the_reason() {
+    let dir = scratch("auth-config");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[policy]\nsingle_active = \"ignore\"\n").unwrap();
+    let err = serve_fails(&["--config", bad.to_str().unwrap(), "--listen", "127.0.0.1:0"]);
+    assert!(
+        err.contains("single_active") && err.contains("bad.toml"),
+        "{err}"
+    );
+    std::fs::write(
+        &bad,
+        "[[tokens]]\ntoken = \"short\"\nagent = \"a\"\nrole = \"lead\"\n",
+    )
+    .unwrap();
+    let err = serve_fails(&["--config", bad.to_str().unwrap(), "--listen", "127.0.0.1:0"]);
+    assert!(err.contains("tokens[0].token"), "{err}");
+    let err = serve_fails(&[
+        "--listen",
+        "0.0.0.0:0",
+        "--data",
+        dir.join("x.db").to_str().unwrap(),
+    ]);
+    assert!(err.contains("needs tokens"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
