@@ -4,7 +4,8 @@
 //! Two layers: [`Connection`] connects, handshakes and syncs a list until the hub has
 //! acknowledged it; [`SyncedList`] keeps a list in sync in the background (reads and
 //! writes are local and work offline, reconnection with backoff, snapshots on a tokio
-//! `watch`).
+//! `watch`, the hub's events — violations, conflicts, repairs, task changes — on a
+//! tokio `broadcast`).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), swarmtodo::client::ClientError> {
@@ -26,6 +27,19 @@
 //! };
 //! list.write(&req, &WriteContext::new("agent-1", 0, 1)).expect("valid write");
 //! conn.sync(doc, &mut list).await?; // push it; the hub's repairs come back
+//! for event in conn.take_events() {
+//!     println!("event {}: {:?}", event.seq, event.body);
+//! }
+//!
+//! // Or keep a replica in sync in the background and follow it:
+//! let live = swarmtodo::client::SyncedList::open("ws://127.0.0.1:7700", "agent-2", "swarm-42");
+//! let mut snapshots = live.subscribe();
+//! let mut events = live.events();
+//! live.write(&req, 0).expect("valid write"); // local at once, synced when connected
+//! snapshots.changed().await.ok();
+//! if let Ok(event) = events.recv().await {
+//!     println!("{:?}", event.body);
+//! }
 //! # Ok(()) }
 //! ```
 
