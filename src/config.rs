@@ -17,10 +17,14 @@
 //! agents = { "sub-a" = "worker" }
 //!
 //! [[tokens]]                    # with tokens, every connection must carry one:
-//! token = "s3cret-lead"         #   ws://host:port/?token=s3cret-lead
+//! token = "s3cret-lead-0123456789"  # ws://host:port/?token=s3cret-lead-0123456789
 //! agent = "lead"
 //! role = "lead"
+//! lists = { "swarm-42" = "observer" }  # per-list roles override `role`
 //! ```
+//!
+//! A token's agent and role are vouched for by the hub: the changes a connection
+//! brings count as its agent's, whatever agent id their actor registered in the list.
 //!
 //! Unknown keys are refused, and every error names the key.
 
@@ -147,6 +151,9 @@ pub struct TokenConfig {
     pub agent: String,
     /// Its role.
     pub role: RoleName,
+    /// Its role in particular lists (list name → role), overriding `role`.
+    #[serde(default)]
+    pub lists: BTreeMap<String, RoleName>,
 }
 
 /// A configuration that cannot be used; the message names the file and key.
@@ -266,6 +273,13 @@ impl Config {
                         Identity {
                             agent: t.agent.clone(),
                             role: t.role.into(),
+                            lists: t
+                                .lists
+                                .iter()
+                                .map(|(name, r)| {
+                                    (crate::client::list_document_id(name), (*r).into())
+                                })
+                                .collect(),
                         },
                     )
                 })

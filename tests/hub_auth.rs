@@ -21,6 +21,7 @@ ownership = "repair"
 token = "lead-token-0123456789"
 agent = "lead"
 role = "lead"
+lists = { "board" = "observer" }
 
 [[tokens]]
 token = "worker-token-0123456789"
@@ -98,6 +99,33 @@ async fn tokens_admit_agents_with_their_roles() {
         "the worker's change to the lead's task was undone"
     );
 
+    // The worker's token, a new replica that registers itself as "lead" in the list:
+    // the token says who it is, not the document.
+    let mut spoof = TodoList::create(actor(5));
+    let mut c_spoof =
+        Connection::connect(&with_token(&hub.url, "worker-token-0123456789"), "sub-a-2")
+            .await
+            .unwrap();
+    c_spoof.sync(doc, &mut spoof).await.unwrap();
+    write(
+        &mut spoof,
+        "lead",
+        patch(vec![upsert(status("t1", Status::Cancelled))]),
+    );
+    c_spoof.sync(doc, &mut spoof).await.unwrap();
+    c_spoof.sync(doc, &mut spoof).await.unwrap();
+    let t1 = spoof
+        .read()
+        .tasks
+        .into_iter()
+        .find(|t| t.id == "t1")
+        .unwrap();
+    assert_eq!(
+        t1.status,
+        Status::Pending,
+        "a worker calling itself lead is still a worker"
+    );
+
     // The observer reads, and may not write.
     let mut obs = TodoList::create(actor(3));
     let mut c_obs = Connection::connect(
@@ -117,6 +145,12 @@ async fn tokens_admit_agents_with_their_roles() {
     assert!(err.to_string().contains("observer"), "{err}");
     c_lead.sync(doc, &mut lead).await.unwrap();
     assert!(lead.read().tasks.iter().all(|t| t.id != "t9"));
+
+    // Per-list roles: the lead is only an observer of "board".
+    let board = list_document_id("board");
+    let mut b = planned();
+    let err = c_lead.sync(board, &mut b).await.unwrap_err();
+    assert!(err.to_string().contains("observer"), "{err}");
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }

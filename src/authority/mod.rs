@@ -215,6 +215,9 @@ pub struct Authority {
     agent: String,
     policy: Policy,
     roles: Roles,
+    /// Actors whose identity the hub vouches for (a token): their changes count as
+    /// this agent with this role, whatever the document's `agents` map says.
+    bound: BTreeMap<automerge::ActorId, (String, Role)>,
     /// Keys of every violation and conflict already reported: the idempotency set that
     /// makes each report happen once (persisted by the store across restarts).
     reported: BTreeSet<String>,
@@ -237,7 +240,34 @@ impl Authority {
             agent: agent.into(),
             policy,
             roles,
+            bound: BTreeMap::new(),
             reported: BTreeSet::new(),
+        }
+    }
+
+    /// Binds `actor` to an identity the caller vouches for: from now on its changes are
+    /// `agent`'s with `role`, whatever agent id the actor registered in the document
+    /// (which any writer can set). An actor stays bound to its first identity; binding
+    /// it to another is refused (false).
+    pub fn bind(&mut self, actor: &automerge::ActorId, agent: &str, role: Role) -> bool {
+        match self.bound.get(actor) {
+            Some((a, r)) => a == agent && *r == role,
+            None => {
+                self.bound.insert(actor.clone(), (agent.to_owned(), role));
+                true
+            }
+        }
+    }
+
+    /// The agent and role of a change's actor: its binding, else what it registered.
+    fn identity_of(&self, list: &TodoList, actor: &automerge::ActorId) -> (Option<String>, Role) {
+        match self.bound.get(actor) {
+            Some((agent, role)) => (Some(agent.clone()), *role),
+            None => {
+                let agent = list.agent_of(actor);
+                let role = self.roles.of(agent.as_deref());
+                (agent, role)
+            }
         }
     }
 
@@ -654,8 +684,7 @@ impl Authority {
         repair: &mut Repair,
     ) {
         for change in &merge.changes {
-            let agent = list.agent_of(change.actor());
-            let role = self.roles.of(agent.as_deref());
+            let (agent, role) = self.identity_of(list, change.actor());
             if role == Role::Lead {
                 continue;
             }

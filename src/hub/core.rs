@@ -64,8 +64,17 @@ pub struct Close {
 pub struct Identity {
     /// The agent id the token stands for.
     pub agent: String,
-    /// Its role.
+    /// Its role in lists not named in `lists`.
     pub role: crate::authority::Role,
+    /// Its role per list.
+    pub lists: BTreeMap<DocumentId, crate::authority::Role>,
+}
+
+impl Identity {
+    /// Its role in list `doc`.
+    pub fn role_in(&self, doc: &DocumentId) -> crate::authority::Role {
+        self.lists.get(doc).copied().unwrap_or(self.role)
+    }
 }
 
 /// One input to the core.
@@ -457,11 +466,10 @@ impl HubCore {
                 return self.fail(c, 1008, e.code(), format!("bad sync message: {e}"), fx);
             }
         };
-        let observer = self
-            .conns
-            .get(&c)
-            .and_then(|conn| conn.identity.as_ref())
-            .is_some_and(|who| who.role == crate::authority::Role::Observer);
+        let identity = self.conns.get(&c).and_then(|conn| conn.identity.clone());
+        let observer = identity
+            .as_ref()
+            .is_some_and(|who| who.role_in(&doc_id) == crate::authority::Role::Observer);
         if observer && !message.changes.is_empty() {
             return self.fail(
                 c,
@@ -534,6 +542,18 @@ impl HubCore {
             let state = doc.peers.entry(c).or_default();
             let mut merge = doc.list.receive_sync_message(state, message)?;
             let rejected = std::mem::take(&mut merge.rejected);
+            // The token vouches for the writer: its new changes are its agent's, in its
+            // role, whatever agent id their actor registered in the document.
+            if let Some(who) = &identity {
+                for change in &merge.changes {
+                    if !doc
+                        .authority
+                        .bind(change.actor(), &who.agent, who.role_in(&doc_id))
+                    {
+                        tracing::warn!(conn = c.0, actor = %change.actor(), agent = %who.agent, "an actor bound to another identity");
+                    }
+                }
+            }
             let commit =
                 (!merge.is_empty()).then(|| Self::check_and_repair(doc, doc_id, merge, now_ms));
             Ok::<_, crate::model::ModelError>((rejected, commit))
