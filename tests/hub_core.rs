@@ -7,14 +7,16 @@ mod common;
 
 use automerge::{sync, ActorId, ReadDoc};
 use common::{actor, patch, status, task, upsert};
-use swarmtodo::hub::core::{
-    ConnId, Effects, HubConfig, HubCore, Input, CHANGE_WORK_UNITS, SYNC_WORK_BURST,
-    SYNC_WORK_PER_SECOND,
-};
+use swarmtodo::hub::core::{ConnId, Effects, HubConfig, HubCore, Input, CHANGE_WORK_UNITS};
 use swarmtodo::hub::wire::{self, DocumentId, PeerId, WireMessage};
 use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
 use swarmtodo::model::{TodoList, WriteContext};
 use swarmtodo::proto::Status;
+
+/// The budget of history work in these tests: small, so that it runs out in a few
+/// requests (the hub's defaults are `swarmtodo::hub::core::SYNC_WORK_*`).
+const SYNC_WORK_BURST: i64 = 2_000_000;
+const SYNC_WORK_PER_SECOND: i64 = 100_000;
 
 /// A V1 sync message with no heads and an empty Bloom filter: "send me everything".
 const SEND_ME_EVERYTHING: [u8; 7] = [0x42, 0, 0, 1, 0, 0, 0];
@@ -44,7 +46,8 @@ struct Hub {
 
 impl Hub {
     fn with(list: &TodoList) -> Hub {
-        let config = HubConfig::new(ActorId::from([0xA0u8; 16]));
+        let mut config = HubConfig::new(ActorId::from([0xA0u8; 16]));
+        config.sync_work = (SYNC_WORK_BURST, SYNC_WORK_PER_SECOND);
         let id = config.peer_id.clone();
         let mut core = HubCore::new(config);
         let doc = swarmtodo::client::list_document_id("core");

@@ -32,14 +32,15 @@ pub const COMPACT_AFTER_CHANGES: usize = 1_000;
 
 /// History work one connection may make the hub do before it must wait, in units: a
 /// sync step the recent-changes window cannot answer (a fresh peer that needs the
-/// whole list, a peer far behind) walks the list's history and costs
-/// [`CHANGE_WORK_UNITS`] per change plus one per op of the list. A step is allowed while
-/// the budget is positive (so any peer can make its first full sync of even the largest
-/// list) and may leave it in debt, which time repays.
-pub const SYNC_WORK_BURST: i64 = 2_000_000;
-/// Work units a connection earns back per second (about one whole-history sync of a
-/// 1,000-change list per second; automerge rebuilds every change it sends).
-pub const SYNC_WORK_PER_SECOND: i64 = 100_000;
+/// whole list, a peer far behind, a sync that lost a message and starts over) walks the
+/// list's history and costs [`CHANGE_WORK_UNITS`] per change plus one per op of the
+/// list. A step is allowed while the budget is positive (so any peer can make its first
+/// full sync of even the largest list) and may leave it in debt, which time repays.
+/// One unit is about 10 ns of hub time (release build, this 2-core machine: a
+/// whole-history step costs ≈1 µs per change), so the burst is ≈0.5 s of hub time.
+pub const SYNC_WORK_BURST: i64 = 50_000_000;
+/// Work units a connection earns back per second: ≈5 % of one core.
+pub const SYNC_WORK_PER_SECOND: i64 = 5_000_000;
 /// Work units one change of the history costs a stock sync step (automerge rebuilds
 /// each change it sends from its op columns: ~100× the cost of an op).
 pub const CHANGE_WORK_UNITS: i64 = 100;
@@ -152,6 +153,9 @@ pub struct HubConfig {
     pub roles: Roles,
     /// Bounds on incoming sync messages.
     pub sync_limits: syncmsg::Limits,
+    /// History work budget per connection: burst and units per second (see
+    /// [`SYNC_WORK_BURST`]).
+    pub sync_work: (i64, i64),
 }
 
 #[derive(Debug)]
@@ -181,21 +185,21 @@ struct WorkBudget {
 }
 
 impl WorkBudget {
-    fn new(now_ms: i64) -> WorkBudget {
+    fn new(now_ms: i64, (burst, _): (i64, i64)) -> WorkBudget {
         WorkBudget {
-            units: SYNC_WORK_BURST,
+            units: burst,
             at_ms: now_ms,
         }
     }
 
     /// Refills for the time since the last call, then takes `cost` units if the budget
     /// is positive (it may go into debt); false when it is not.
-    fn take(&mut self, now_ms: i64, cost: i64) -> bool {
+    fn take(&mut self, now_ms: i64, cost: i64, (burst, per_second): (i64, i64)) -> bool {
         let elapsed = now_ms.saturating_sub(self.at_ms).max(0);
         self.units = self
             .units
-            .saturating_add(elapsed.saturating_mul(SYNC_WORK_PER_SECOND) / 1_000)
-            .min(SYNC_WORK_BURST);
+            .saturating_add(elapsed.saturating_mul(per_second) / 1_000)
+            .min(burst);
         self.at_ms = self.at_ms.max(now_ms);
         if self.units <= 0 {
             return false;
@@ -294,7 +298,7 @@ impl HubCore {
                     Conn {
                         state: ConnState::Handshake,
                         docs: BTreeSet::new(),
-                        work: WorkBudget::new(now_ms),
+                        work: WorkBudget::new(now_ms, self.config.sync_work),
                         identity: None,
                     },
                 );
@@ -621,7 +625,8 @@ impl HubCore {
             };
             let target_id = target_id.clone();
             let m = doc.list.generate_sync_message(state);
-            if t == c && !Self::charge(&mut self.conns, doc, c, now_ms, stock_before) {
+            let limits = self.config.sync_work;
+            if t == c && !Self::charge(&mut self.conns, doc, c, now_ms, stock_before, limits) {
                 return self.over_budget(c, doc_id, fx);
             }
             let Some(m) = m else {
@@ -654,6 +659,7 @@ impl HubCore {
         c: ConnId,
         now_ms: i64,
         stock_before: u64,
+        limits: (i64, i64),
     ) -> bool {
         let steps = doc.list.sync_counters().stock.saturating_sub(stock_before);
         if steps == 0 {
@@ -669,7 +675,7 @@ impl HubCore {
             .saturating_mul(size);
         conns
             .get_mut(&c)
-            .is_none_or(|conn| conn.work.take(now_ms, cost))
+            .is_none_or(|conn| conn.work.take(now_ms, cost, limits))
     }
 
     fn over_budget(&mut self, c: ConnId, doc_id: DocumentId, fx: &mut Effects) {
@@ -679,7 +685,8 @@ impl HubCore {
             1008,
             "sync_budget",
             format!(
-                "this connection made the hub walk the whole list history too often (budget {SYNC_WORK_BURST} units, {SYNC_WORK_PER_SECOND}/s): keep your sync state between messages instead of starting over, or reconnect later"
+                "this connection made the hub walk the whole list history too often (budget {} units, {}/s): keep your sync state between messages instead of starting over, or reconnect later",
+                self.config.sync_work.0, self.config.sync_work.1
             ),
             fx,
         );

@@ -98,6 +98,7 @@ impl HubConfig {
             policy: Policy::default(),
             roles: Roles::default(),
             sync_limits: syncmsg::Limits::default(),
+            sync_work: (core::SYNC_WORK_BURST, core::SYNC_WORK_PER_SECOND),
         }
     }
 }
