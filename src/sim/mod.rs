@@ -11,6 +11,12 @@
 //! acknowledged was lost, the event streams have no gap and the store reloads to the
 //! same state. [`report`] turns many runs into a table, JSON and an SVG picture.
 //!
+//! [`live`] plays a scenario for real instead ([`run_live`]): a `swarmtodo serve`
+//! process, the real client over loopback WebSockets, kill -9 and restart, cut
+//! connections and slow readers — then the same checker on the clients' replicas, the
+//! hub's state and its SQLite file. Its agents make their choices with the same code
+//! (`behave`) as the deterministic ones.
+//!
 //! ```no_run
 //! use swarmtodo::sim::{run, RunConfig, Scenario};
 //!

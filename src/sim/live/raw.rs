@@ -1,6 +1,6 @@
 //! Raw WebSocket peers that misbehave on purpose: a rogue's bad frames (each on a
 //! connection of its own, answered with a close code) and slow readers (a peer that asks
-//! for a list again and again and never reads, until the hub drops it).
+//! for a list and never reads again, until the hub drops it).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -8,7 +8,13 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
+use automerge::ActorId;
+
+use crate::client::{list_document_id, Connection};
 use crate::hub::wire::{self, DocumentId, PeerId, PeerMetadata, WireMessage};
+use crate::model::{TodoList, WriteContext};
+use crate::proto::{PatchOp, TaskPatch, WriteMode, WriteRequest, TASK_TEXT_BYTES_MAX};
+use crate::sim::rng::Rng;
 use crate::sim::scenario::Action;
 
 /// How long one bad frame's connection may take to be closed by the hub.
@@ -16,14 +22,15 @@ pub const BAD_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 /// The slow reader's socket receive buffer, bytes (the kernel may round it up): small,
 /// so that the hub's side fills soon.
 pub const SLOW_READER_RCVBUF_BYTES: u32 = 4 * 1024;
-/// Pause between the slow reader's requests: 500 a second, half the hub's frame rate
-/// limit, so that what closes it is its not reading, not its sending.
-pub const SLOW_READER_INTERVAL: Duration = Duration::from_millis(2);
-/// Most requests one slow reader sends.
-pub const SLOW_READER_REQUESTS_MAX: u64 = 10_000;
-/// After its last request, how long the slow reader waits for the hub to drop it.
+/// Tasks of the longest text in each write on the slow reader's list: about 128 KiB a
+/// write, so that a few dozen fill the hub's outbox for it (2 MiB) and the sockets.
+pub const SLOW_READER_WRITE_TASKS: usize = 32;
+/// Most writes on the slow reader's list before giving up on the hub dropping it.
+pub const SLOW_READER_WRITES_MAX: u64 = 400;
+/// After the last write, how long the slow reader waits for the hub to drop it (the hub
+/// gives a closing peer a few seconds to take its close frame).
 pub const SLOW_READER_CLOSE_WAIT: Duration = Duration::from_secs(15);
-/// How often the waiting slow reader probes whether the hub dropped it.
+/// How often the waiting slow reader pings to learn whether the hub dropped it.
 const SLOW_READER_PROBE: Duration = Duration::from_millis(100);
 
 /// The close codes that are right for a bad frame.
@@ -140,32 +147,49 @@ where
 /// What became of one slow reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct SlowReaderOutcome {
-    /// Requests it sent (each answered by the hub with the whole list).
-    pub requests: u64,
-    /// The hub dropped it (its sends started failing).
+    /// Writes of the well-behaved client on its list while it was stuck (each relayed
+    /// to the slow reader by the hub).
+    pub writes: u64,
+    /// The hub dropped it (its pings started failing).
     pub closed: bool,
-    /// Milliseconds from its first request to being dropped.
+    /// Milliseconds from its request to being dropped.
     pub closed_after_ms: Option<u64>,
+    /// Writes of the well-behaved client that the hub did not acknowledge (the slow
+    /// reader must not hold anyone else up).
+    pub writer_failures: u64,
     /// It could not even join (the hub was down).
     pub no_hub: bool,
 }
 
-/// A peer that joins, requests the list `doc`, and keeps asking for it as a client that
-/// lost its data would (a sync message with no heads: the hub answers with the whole
-/// list each time) — and never reads. Its receive buffer is small; the hub's outbox for
-/// it fills, and the hub must drop it (1008 `slow_reader`; the close frame itself
-/// cannot reach a peer that does not read, so being dropped is seen as sends failing).
-pub(crate) async fn slow_reader(url: &str, peer: &str, doc: DocumentId) -> SlowReaderOutcome {
+/// A slow reader on a list of its own (`name`, which no agent syncs): a well-behaved
+/// client creates the list, the slow reader joins, requests it — and never reads again,
+/// on a socket with a small receive buffer. The client then writes big tasks (each write
+/// relayed to the slow reader) until the hub's outbox for the slow reader is full and
+/// the hub drops it (1008 `slow_reader`; the close frame cannot reach a peer that does
+/// not read, so being dropped shows as its pings failing). The writer's every write must
+/// still be acknowledged. `seed` makes the tasks' text.
+pub(crate) async fn slow_reader(url: &str, name: &str, seed: u64) -> SlowReaderOutcome {
     let mut out = SlowReaderOutcome {
-        requests: 0,
+        writes: 0,
         closed: false,
         closed_after_ms: None,
+        writer_failures: 0,
         no_hub: true,
     };
+    let doc = list_document_id(name);
+    let mut rng = Rng::new(seed);
+    let mut list = TodoList::create(ActorId::from(rng.bytes16()));
+    let Ok(mut writer) = Connection::connect(url, &format!("{name}-writer")).await else {
+        return out;
+    };
+    // The list exists on the hub before the slow reader asks for it.
+    if !big_write(&mut writer, doc, &mut list, &mut rng, 1).await {
+        return out;
+    }
     let Some(mut ws) = slow_connect(url).await else {
         return out;
     };
-    let Ok(peer) = PeerId::new(peer) else {
+    let Ok(peer) = PeerId::new(format!("{name}-reader")) else {
         return out;
     };
     if ws.send(Message::Binary(join(&peer).into())).await.is_err() {
@@ -176,10 +200,8 @@ pub(crate) async fn slow_reader(url: &str, peer: &str, doc: DocumentId) -> SlowR
         Ok(Some(WireMessage::Peer { sender_id, .. })) => sender_id,
         _ => return out,
     };
-    out.no_hub = false;
-    let reset = {
-        // An empty document's first message: no heads, so the hub resets what it
-        // believes sent and answers with everything.
+    let request = {
+        // An empty document's first message: the hub answers with the whole list.
         use automerge::sync::SyncDoc;
         let doc = automerge::Automerge::new();
         let mut state = automerge::sync::State::new();
@@ -187,47 +209,89 @@ pub(crate) async fn slow_reader(url: &str, peer: &str, doc: DocumentId) -> SlowR
             .map(|m| m.encode())
             .unwrap_or_default()
     };
-    let started = Instant::now();
-    let frame = |request: bool| {
-        let (document_id, sender_id, target_id, data) =
-            (doc, peer.clone(), hub.clone(), reset.clone());
-        let msg = if request {
-            WireMessage::Request {
-                document_id,
-                sender_id,
-                target_id,
-                data,
-            }
-        } else {
-            WireMessage::Sync {
-                document_id,
-                sender_id,
-                target_id,
-                data,
-            }
-        };
-        Message::Binary(wire::encode(&msg).into())
+    let msg = WireMessage::Request {
+        document_id: doc,
+        sender_id: peer,
+        target_id: hub,
+        data: request,
     };
-    let mut closed = false;
-    while out.requests < SLOW_READER_REQUESTS_MAX {
-        if ws.send(frame(out.requests == 0)).await.is_err() {
-            closed = true;
-            break;
+    if ws
+        .send(Message::Binary(wire::encode(&msg).into()))
+        .await
+        .is_err()
+    {
+        return out;
+    }
+    out.no_hub = false;
+    let started = Instant::now();
+    // A ping costs the hub no sync work; it fails once the hub has dropped us.
+    let mut dropped = false;
+    while out.writes < SLOW_READER_WRITES_MAX && !dropped {
+        if !big_write(
+            &mut writer,
+            doc,
+            &mut list,
+            &mut rng,
+            SLOW_READER_WRITE_TASKS,
+        )
+        .await
+        {
+            out.writer_failures += 1;
         }
-        out.requests += 1;
-        tokio::time::sleep(SLOW_READER_INTERVAL).await;
+        out.writes += 1;
+        dropped = ws.send(Message::Ping(Vec::new().into())).await.is_err();
     }
     let deadline = Instant::now() + SLOW_READER_CLOSE_WAIT;
-    while !closed && Instant::now() < deadline {
+    while !dropped && Instant::now() < deadline {
         tokio::time::sleep(SLOW_READER_PROBE).await;
-        closed = ws.send(frame(false)).await.is_err();
+        dropped = ws.send(Message::Ping(Vec::new().into())).await.is_err();
     }
-    if closed {
+    if dropped {
         out.closed = true;
         out.closed_after_ms =
             Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
     }
+    let _ = writer.close().await;
     out
+}
+
+/// The writer's write: `tasks` tasks of the longest text allowed, fresh each time; then a
+/// sync. True when the hub acknowledged it.
+async fn big_write(
+    conn: &mut Connection,
+    doc: DocumentId,
+    list: &mut TodoList,
+    rng: &mut Rng,
+    tasks: usize,
+) -> bool {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ";
+    let ops = (0..tasks)
+        .map(|i| {
+            let text: String = (0..TASK_TEXT_BYTES_MAX)
+                .map(|_| char::from(ALPHABET[rng.index(ALPHABET.len())]))
+                .collect();
+            PatchOp::Upsert {
+                task: TaskPatch {
+                    id: Some(format!("big-{i}")),
+                    content: Some(text),
+                    ..TaskPatch::default()
+                },
+            }
+        })
+        .collect();
+    let req = WriteRequest {
+        mode: WriteMode::Patch { ops },
+        expected_version: None,
+        explanation: None,
+    };
+    let ctx = WriteContext::new("slow-reader-writer", 0, rng.next_u64());
+    if list.write(&req, &ctx).is_err() {
+        return false;
+    }
+    match tokio::time::timeout(BAD_FRAME_TIMEOUT, conn.sync(doc, list)).await {
+        Ok(Ok(_)) => conn.in_sync(doc, list),
+        _ => false,
+    }
 }
 
 /// A WebSocket client on a socket with a small receive buffer.
