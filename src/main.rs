@@ -126,7 +126,7 @@ fn parse_seeds(s: &str) -> Result<std::ops::Range<u64>, String> {
 }
 
 fn sim(args: SimArgs) -> Result<()> {
-    use swarmtodo::sim::{report, run_seeds, RunConfig, Scenario};
+    use swarmtodo::sim::{run_seeds, RunConfig, Scenario};
     let mut scenario = Scenario::load(&args.file)?;
     if let Some(n) = args.hub_crashes {
         scenario.faults.hub_crashes = n;
@@ -200,19 +200,7 @@ fn sim(args: SimArgs) -> Result<()> {
             }
         }
     }
-    let summary = report::summarize(&scenario.name, &runs, wall_ms);
-    print!("{}", report::table(&summary));
-    report::write(&args.report, &summary, &runs)
-        .with_context(|| format!("writing the report to {}", args.report.display()))?;
-    println!("  report                       {}", args.report.display());
-    anyhow::ensure!(
-        summary.passed == summary.runs,
-        "{} of {} seeds failed: {:?}",
-        summary.runs - summary.passed,
-        summary.runs,
-        summary.failed_seeds
-    );
-    Ok(())
+    report_and_verdict(&scenario.name, &runs, wall_ms, &args.report, "")
 }
 
 /// `sim --live`: the seeds one after the other against real hub processes.
@@ -222,7 +210,7 @@ fn sim_live(
     seeds: std::ops::Range<u64>,
     work_dir: PathBuf,
 ) -> Result<()> {
-    use swarmtodo::sim::{report, run_live, LiveConfig};
+    use swarmtodo::sim::{run_live, LiveConfig};
     let hub_bin = std::env::current_exe().context("finding this binary to run the hub")?;
     let started = std::time::Instant::now();
     let mut runs = Vec::new();
@@ -255,14 +243,26 @@ fn sim_live(
         runs.push(o);
     }
     let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let summary = report::summarize(&scenario.name, &runs, wall_ms);
+    report_and_verdict(&scenario.name, &runs, wall_ms, &args.report, "live ")
+}
+
+/// Prints the summary table, writes the report folder, and fails when a seed failed.
+fn report_and_verdict(
+    name: &str,
+    runs: &[swarmtodo::sim::runner::RunOutcome],
+    wall_ms: u64,
+    folder: &std::path::Path,
+    kind: &str,
+) -> Result<()> {
+    use swarmtodo::sim::report;
+    let summary = report::summarize(name, runs, wall_ms);
     print!("{}", report::table(&summary));
-    report::write(&args.report, &summary, &runs)
-        .with_context(|| format!("writing the report to {}", args.report.display()))?;
-    println!("  report                       {}", args.report.display());
+    report::write(folder, &summary, runs)
+        .with_context(|| format!("writing the report to {}", folder.display()))?;
+    println!("  report                       {}", folder.display());
     anyhow::ensure!(
         summary.passed == summary.runs,
-        "{} of {} live seeds failed: {:?}",
+        "{} of {} {kind}seeds failed: {:?}",
         summary.runs - summary.passed,
         summary.runs,
         summary.failed_seeds
