@@ -88,18 +88,19 @@ impl Outbox {
         let _ = self.close.send(close);
     }
 
-    /// Queues a frame; false when the peer is too far behind (frames or bytes).
-    fn push(&self, frame: Vec<u8>) -> bool {
+    /// Queues a frame; `Err(true)` when the peer is too far behind (frames or bytes),
+    /// `Err(false)` when its connection is gone already.
+    fn push(&self, frame: Vec<u8>) -> Result<(), bool> {
         let n = frame.len();
         if self.queued_bytes.load(Ordering::Relaxed) + n > OUTBOX_BYTES_MAX {
-            return false;
+            return Err(true);
         }
         self.queued_bytes.fetch_add(n, Ordering::Relaxed);
-        if self.frames.try_send(frame).is_err() {
+        if let Err(e) = self.frames.try_send(frame) {
             self.queued_bytes.fetch_sub(n, Ordering::Relaxed);
-            return false;
+            return Err(matches!(e, mpsc::error::TrySendError::Full(_)));
         }
-        true
+        Ok(())
     }
 }
 
@@ -517,8 +518,8 @@ async fn perform(
         let Some(outbox) = outboxes.get(&id) else {
             continue;
         };
-        if !outbox.push(frame) {
-            slow.push(id);
+        if let Err(full) = outbox.push(frame) {
+            slow.push((id, full));
         }
     }
     for (id, close) in fx.closes {
@@ -526,14 +527,16 @@ async fn perform(
             outbox.close(close);
         }
     }
-    for id in slow {
+    for (id, full) in slow {
         if let Some(outbox) = outboxes.remove(&id) {
-            tracing::info!(conn = id.0, "outbox full: closing a slow reader");
-            outbox.close(Close {
-                code: 1008,
-                reason: "slow_reader".to_owned(),
-                message: None,
-            });
+            if full {
+                tracing::info!(conn = id.0, "outbox full: closing a slow reader");
+                outbox.close(Close {
+                    code: 1008,
+                    reason: "slow_reader".to_owned(),
+                    message: None,
+                });
+            }
         }
         let _ = core.handle(now_ms(), Input::Disconnected(id));
     }
