@@ -79,6 +79,16 @@ pub struct FinalState<'a> {
     pub closes: BTreeMap<String, u64>,
 }
 
+impl FinalState<'_> {
+    /// The hub's version of each list (empty where it has none).
+    pub fn hub_versions(&self) -> Vec<String> {
+        self.hub
+            .iter()
+            .map(|(_, l)| l.map(|l| l.version().0).unwrap_or_default())
+            .collect()
+    }
+}
+
 /// One verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {

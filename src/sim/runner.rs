@@ -146,6 +146,13 @@ pub struct Stats {
     pub bad_frames: u64,
 }
 
+impl Stats {
+    /// Counts a write the model refused, by its error code.
+    pub(crate) fn refused_write(&mut self, e: &crate::proto::ApiError) {
+        *self.refused.entry(format!("{:?}", e.code)).or_default() += 1;
+    }
+}
+
 /// Everything one seed produced.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunOutcome {
@@ -1114,11 +1121,7 @@ impl<'a> Sim<'a> {
                 None
             }
             Err(e) => {
-                *self
-                    .stats
-                    .refused
-                    .entry(format!("{:?}", e.code))
-                    .or_default() += 1;
+                self.stats.refused_write(&e);
                 None
             }
         };
@@ -1301,11 +1304,7 @@ impl<'a> Sim<'a> {
             closes: self.stats.closes.clone(),
         };
         let verdict = check::check(&state)?;
-        let versions = state
-            .hub
-            .iter()
-            .map(|(_, l)| l.map(|l| l.version().0).unwrap_or_default())
-            .collect();
+        let versions = state.hub_versions();
         drop(state);
         let end = self.now;
         self.note(format!("end versions {versions:?}"));

@@ -841,11 +841,7 @@ fn judge(
         closes: ended.stats.closes.clone(),
     };
     let verdict = check::check(&state)?;
-    let versions = state
-        .hub
-        .iter()
-        .map(|(_, l)| l.map(|l| l.version().0).unwrap_or_default())
-        .collect();
+    let versions = state.hub_versions();
     drop(state);
     let mut checks = verdict.checks;
     for c in checks.iter_mut().filter(|c| c.name == "converged") {

@@ -367,11 +367,7 @@ impl Session {
                 None
             }
             Err(e) => {
-                *self
-                    .stats
-                    .refused
-                    .entry(format!("{:?}", e.code))
-                    .or_default() += 1;
+                self.stats.refused_write(&e);
                 None
             }
         }
