@@ -972,7 +972,7 @@ const CHUNK_TYPE_DOCUMENT: u8 = 0;
 /// version that is one change, several changes one after the other, a bundle, or a
 /// whole saved document (V2 messages); each storage chunk is decoded by its type.
 /// The message was validated before (sizes and inflation bounded).
-fn chunk_changes(bytes: &[u8]) -> Result<Vec<Change>, String> {
+pub fn chunk_changes(bytes: &[u8]) -> Result<Vec<Change>, String> {
     let mut out = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() {
