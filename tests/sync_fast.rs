@@ -319,3 +319,36 @@ fn a_peer_behind_the_window_falls_back_and_returns() {
     let end = w.hub.sync_counters();
     assert_eq!(end.stock, mid.stock, "back in step, back on the window");
 }
+
+/// A peer that connects in step with a list longer than the window says "last sync:
+/// never" with a Bloom filter of its whole history. The next change is answered from
+/// the window (the changes after the heads it sent), equal to stock, with no walk of the
+/// history: N agents connecting to a long list must not cost N history walks on the
+/// first write.
+#[test]
+fn a_fresh_peer_in_step_with_a_long_list_is_answered_from_the_window() {
+    let mut w = World::new(2);
+    for i in 0..(SYNC_WINDOW_CHANGES as u64 + 50) {
+        w.run(Step::HubWrites((i % 6) as u8));
+    }
+    w.settle();
+    // Peer 1 reconnects holding everything: its first message is "last sync: never".
+    w.run(Step::Reconnect(1));
+    w.run(Step::PeerSends(1));
+    w.run(Step::HubReceives(1, false));
+    w.run(Step::HubSends(1));
+    w.run(Step::PeerReceives(1));
+    // The peer has nothing to add and stays silent; the hub writes.
+    w.run(Step::PeerSends(1));
+    assert!(
+        w.peers[1].to_hub.is_empty(),
+        "an in-step peer says nothing more"
+    );
+    let before = w.hub.sync_counters();
+    w.run(Step::HubWrites(1));
+    w.run(Step::HubSends(1)); // compared with stock inside
+    let after = w.hub.sync_counters();
+    assert_eq!(after.stock, before.stock, "answered from the window");
+    assert!(after.fast > before.fast);
+    w.settle();
+}

@@ -603,6 +603,16 @@ async fn one_write(
         if got.len() == n - 1 {
             all.push(lat.iter().copied().fold(0.0, f64::max));
         }
+        if std::env::var_os("SIDE_BY_SIDE_VERBOSE").is_some() {
+            let mut l = lat.clone();
+            l.sort_by(f64::total_cmp);
+            eprintln!(
+                "   write {w} by {writer}: first {:.2} ms, last {:.2} ms, {} arrived while holding",
+                l.first().copied().unwrap_or(f64::NAN),
+                l.last().copied().unwrap_or(f64::NAN),
+                arrived.len()
+            );
+        }
         each.extend(lat);
         tokio::time::sleep(settle).await;
     }

@@ -84,7 +84,11 @@ impl Server {
         let mut dir = None;
         match kind {
             Kind::Hub => {
-                let d = work.join(format!("hub-{port}"));
+                // SIDE_BY_SIDE_HUB_DATA puts the store elsewhere (e.g. /dev/shm, to
+                // see what the disk's fsync costs).
+                let base = std::env::var_os("SIDE_BY_SIDE_HUB_DATA")
+                    .map_or_else(|| work.to_path_buf(), PathBuf::from);
+                let d = base.join(format!("hub-{port}"));
                 std::fs::create_dir_all(&d)?;
                 let config = d.join("hub.toml");
                 // Everyone is a worker on their own tasks; the lead built the list: the
@@ -102,7 +106,10 @@ impl Server {
                     "--config",
                     &config.to_string_lossy(),
                 ]);
-                cmd.env("SWARMTODO_LOG", "warn");
+                cmd.env(
+                    "SWARMTODO_LOG",
+                    std::env::var("SIDE_BY_SIDE_HUB_LOG").unwrap_or_else(|_| "warn".to_owned()),
+                );
                 dir = Some(d);
             }
             Kind::Samod | Kind::Raw => {

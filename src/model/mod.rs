@@ -627,6 +627,11 @@ impl TodoList {
             }
             Err(message) => {
                 self.sync_counters.count(false);
+                tracing::debug!(
+                    heads = message.heads.len(),
+                    sent = state.sent_hashes.len(),
+                    "receive: stock sync step"
+                );
                 self.receive_state_stock(state, message, &before)?;
                 Ok(merge)
             }
@@ -703,6 +708,12 @@ impl TodoList {
             }
             None => {
                 self.sync_counters.count(false);
+                tracing::debug!(
+                    their_heads = ?state.their_heads.as_ref().map(Vec::len),
+                    last_sync = ?state.their_have.as_ref().and_then(|h| h.first()).map(|h| h.last_sync.len()),
+                    shared = state.shared_heads.len(),
+                    "generate: stock sync step"
+                );
                 self.generate_sync_message_stock(state)
             }
         }

@@ -356,10 +356,11 @@ pub(crate) fn generate(
         if state.their_heads.as_deref() == Some(&[]) && v2 {
             return None; // The whole document: the history, by definition.
         }
-        let hashes: Vec<ChangeHash> = hashes_to_send(doc, recent, have, need)?
-            .into_iter()
-            .filter(|h| !state.sent_hashes.contains(h))
-            .collect();
+        let hashes: Vec<ChangeHash> =
+            hashes_to_send(doc, recent, have, need, state.their_heads.as_deref())?
+                .into_iter()
+                .filter(|h| !state.sent_hashes.contains(h))
+                .collect();
         if v2 && hashes.len() > change_count(doc) / 3 {
             return None;
         }
@@ -483,6 +484,7 @@ fn hashes_to_send(
     recent: &Recent,
     have: &[Have],
     need: &[ChangeHash],
+    their_heads: Option<&[ChangeHash]>,
 ) -> Option<Vec<ChangeHash>> {
     let need: Vec<ChangeHash> = need
         .iter()
@@ -496,7 +498,22 @@ fn hashes_to_send(
         .iter()
         .flat_map(|h| h.last_sync.iter().copied())
         .collect();
-    let since: Vec<&Entry> = recent.since(&last_sync)?.collect();
+    // A peer whose last word was "last sync: never" (its first message after
+    // connecting) sent a Bloom filter of its whole history, taken at the heads it sent
+    // with it. Stock walks the whole history against that filter; but every ancestor of
+    // those heads is in the filter (a Bloom filter has no false negatives), so only the
+    // changes after them can be sent — the window's entries after those heads, when it
+    // has them. Same changes, same order (the document's), without the walk.
+    let after_their_heads = match (have, their_heads) {
+        ([only], Some(heads)) if only.last_sync.is_empty() && !heads.is_empty() => {
+            recent.since(heads)
+        }
+        _ => None,
+    };
+    let since: Vec<&Entry> = match after_their_heads {
+        Some(after) => after.collect(),
+        None => recent.since(&last_sync)?.collect(),
+    };
     let in_since: HashSet<ChangeHash> = since.iter().map(|e| e.change.hash()).collect();
     let mut dependents: HashMap<ChangeHash, Vec<ChangeHash>> = HashMap::new();
     let mut to_send: HashSet<ChangeHash> = HashSet::new();
