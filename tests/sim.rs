@@ -76,6 +76,7 @@ fn every_scenario_file_loads() {
         "hub-crash",
         "rogue-agent",
         "swarm-1000",
+        "single-active-race",
     ] {
         let s = Scenario::load(&scenario_path(name)).unwrap();
         assert_eq!(s.name, name);
@@ -124,6 +125,32 @@ fn rogue_agent_passes_and_its_violations_are_counted() {
         assert!(injected > 0, "seed {seed}: the rogue injected nothing");
         assert_eq!(once, injected, "seed {seed}: {:?}", o.rules);
         assert!(o.stats.bad_frames > 0, "seed {seed}: no bad frame sent");
+    }
+}
+
+/// Seeds of the single-active race in these tests.
+const RACE_SEEDS: u64 = 3;
+
+#[test]
+fn single_active_races_are_each_reported_once() {
+    let s = quick("single-active-race");
+    assert!(s
+        .agents
+        .iter()
+        .any(|g| g.sessions > 1 && g.mix.race_start > 0));
+    for seed in 0..RACE_SEEDS {
+        let o = run(&s, &config(seed, None, false)).unwrap();
+        must_pass(&o);
+        let c = o.rules["single_active"];
+        assert!(
+            c.injected > 0,
+            "seed {seed}: no race was run: {:?}",
+            o.stats
+        );
+        // Every race reported exactly once, and every single-active report is a race's.
+        assert_eq!(c.reported_once, c.injected, "seed {seed}: {:?}", o.rules);
+        assert_eq!(c.reported, c.injected, "seed {seed}: {:?}", o.rules);
+        assert!(o.injected.iter().all(|i| i.also.len() == 1));
     }
 }
 

@@ -1,7 +1,8 @@
-//! The live runner (issue 4): scenarios against a real `swarmtodo serve` process, with
-//! real clients over loopback WebSockets and real faults (kill -9 and restart, cut
-//! connections, a slow reader), checked by the same checker as the deterministic runs;
-//! and the checker failing on a planted fault.
+//! The live runner (issue 4): scenarios against a real `swarmtodo serve` process started
+//! with the scenario's roles and tokens, with real clients over loopback WebSockets and
+//! real faults (kill -9 and restart, cut connections, a slow reader), checked by the same
+//! checker as the deterministic runs — ownership included; and the checker failing on
+//! planted faults.
 //!
 //! Budget: each test stays within about 30 s in a debug build on two cores, so the
 //! storms are short (`LIVE_STORM_MS`) and hub-crash kills the hub twice. The long live
@@ -10,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
+use swarmtodo::sim::scenario::{Mix, RoleSpec};
 use swarmtodo::sim::{run_live, LiveConfig, LiveFault, RunOutcome, Scenario};
 
 /// Storm length of a live test, milliseconds.
@@ -96,9 +98,87 @@ fn hub_crash_live_survives_kills_cuts_and_a_slow_reader() {
         "{:?}",
         live.slow_readers
     );
-    // The rogue's injections of rules the served hub enforces were each reported once.
+    // The rogue's injections, ownership included, were each reported once.
     let c = check(&o, "injected_reported_once");
     assert!(c.ok && !c.skipped, "{}", c.detail);
+    assert!(o
+        .checks
+        .iter()
+        .all(|c| !c.skipped || c.name == "frames_faults"));
+}
+
+/// rogue-agent with a rogue that mostly edits the lead's tasks (a worker overstepping),
+/// and sometimes writes an invalid status.
+fn overstepping_rogue() -> Scenario {
+    let mut s = brief("rogue-agent");
+    let rogue = s
+        .agents
+        .iter_mut()
+        .find(|g| g.role == RoleSpec::Rogue)
+        .unwrap();
+    rogue.mix = Mix {
+        foreign_task: 3,
+        invalid_status: 1,
+        ..Mix::default()
+    };
+    s
+}
+
+#[test]
+fn rogue_live_ownership_violations_are_enforced_and_reported_once() {
+    let o = run_live(&overstepping_rogue(), &config(4, None)).unwrap();
+    must_pass(&o);
+    let own = o.rules["ownership"];
+    assert!(
+        own.injected > 0,
+        "the rogue edited the lead's tasks: {:?}",
+        o.rules
+    );
+    assert_eq!(own.reported_once, own.injected, "{:?}", o.rules);
+    let c = check(&o, "injected_reported_once");
+    assert!(c.ok && !c.skipped, "{}", c.detail);
+    // Ownership is checked live, not skipped: what is skipped cannot apply here.
+    let skipped: Vec<&str> = o
+        .checks
+        .iter()
+        .filter(|c| c.skipped)
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(skipped, ["slow_readers_dropped", "frames_faults"]);
+}
+
+#[test]
+fn live_checker_catches_a_hub_that_ignores_roles() {
+    let o = run_live(
+        &overstepping_rogue(),
+        &config(5, Some(LiveFault::HubIgnoresRoles)),
+    )
+    .unwrap();
+    let failed: Vec<&str> = o.checks.iter().filter(|c| !c.ok).map(|c| c.name).collect();
+    assert_eq!(failed, ["injected_reported_once"], "{:#?}", o.failures());
+    let own = o.rules["ownership"];
+    assert!(own.injected > 0 && own.reported == 0, "{:?}", o.rules);
+    // The rules the hub enforces whatever the roles still held.
+    let schema = o.rules["schema"];
+    assert_eq!(schema.reported_once, schema.injected, "{:?}", o.rules);
+    if let Some(dir) = &o.live.as_ref().unwrap().kept_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn single_active_race_live_reports_every_race_once() {
+    let o = run_live(&brief("single-active-race"), &config(6, None)).unwrap();
+    must_pass(&o);
+    let c = o.rules["single_active"];
+    assert!(
+        c.injected > 0,
+        "sessions raced: {:?} {:?}",
+        o.rules,
+        o.stats
+    );
+    assert_eq!(c.reported_once, c.injected, "{:?}", o.rules);
+    assert_eq!(c.reported, c.injected, "{:?}", o.rules);
 }
 
 #[test]

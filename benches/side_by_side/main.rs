@@ -664,12 +664,10 @@ async fn sustained(
             _ = tick.tick() => {}
             ev = swarm.next(grace) => match ev {
                 Some(Ev::Sent(h, _)) => { sent.insert(h); }
-                Some(Ev::Acked(_, h, t, at)) => {
-                    if sent.contains(&h) {
-                        lat.push(ms(at.duration_since(t)));
-                        acked.push(h);
-                        last_ack = last_ack.max(at);
-                    }
+                Some(Ev::Acked(_, h, t, at)) if sent.contains(&h) => {
+                    lat.push(ms(at.duration_since(t)));
+                    acked.push(h);
+                    last_ack = last_ack.max(at);
                 }
                 Some(_) => {}
                 None => {}

@@ -161,13 +161,71 @@ pub(crate) struct Writer<'a> {
     pub(crate) workers: &'a [String],
     /// The counter of the agent's new task ids.
     pub(crate) next_task: &'a mut u64,
+    /// Which of the agent's sessions this is (0 for an agent of one session): its new
+    /// task ids must not collide with its siblings'.
+    pub(crate) session: usize,
+    /// Tasks of a race the hub has not seen both starts of yet: left alone, so that
+    /// the race is decided by the hub and no one else (see [`race_tasks`]).
+    pub(crate) held: &'a [String],
 }
 
 impl Writer<'_> {
     fn new_task_id(&mut self) -> String {
         *self.next_task += 1;
-        format!("{}-t{}", self.name, self.next_task)
+        if self.session == 0 {
+            format!("{}-t{}", self.name, self.next_task)
+        } else {
+            format!("{}-s{}-t{}", self.name, self.session, self.next_task)
+        }
     }
+}
+
+/// The write that starts task `id` (a validated write: the model refuses it when the
+/// writer's replica already has a task of the owner in progress).
+pub(crate) fn start_request(id: &str) -> WriteRequest {
+    WriteRequest {
+        mode: WriteMode::Patch {
+            ops: vec![PatchOp::Upsert {
+                task: status(id, Status::InProgress),
+            }],
+        },
+        expected_version: None,
+        explanation: None,
+    }
+}
+
+/// The two tasks of a `race_start` by agent `me` on `replica`: two different pending
+/// tasks it owns, when none of its tasks is in progress (else None: nothing to race
+/// for, or the model would refuse the starts).
+///
+/// The race is the hub's to decide only if both starts reach it before anything else
+/// changes either task (a sibling that has seen one start could complete it before the
+/// other arrives, and there would be nothing to report). So the runners hold both
+/// tasks — no agent's behaviour touches them (`held`) — until the hub has acknowledged
+/// both starts.
+pub(crate) fn race_tasks(
+    rng: &mut Rng,
+    me: &str,
+    replica: &TodoList,
+    held: &[String],
+) -> Option<(String, String)> {
+    let snap = replica.read();
+    let mine = snap
+        .tasks
+        .iter()
+        .filter(|t| is_ordinary(&t.id) && t.owner.as_deref() == Some(me));
+    if mine.clone().any(|t| t.status == Status::InProgress) {
+        return None;
+    }
+    let pending: Vec<&Task> = mine
+        .filter(|t| t.status == Status::Pending && !held.contains(&t.id))
+        .collect();
+    if pending.len() < 2 {
+        return None;
+    }
+    let i = rng.index(pending.len());
+    let j = (i + 1 + rng.index(pending.len() - 1)) % pending.len();
+    Some((pending[i].id.clone(), pending[j].id.clone()))
 }
 
 /// The write request for an ordinary action, if one applies.
@@ -175,7 +233,12 @@ pub(crate) fn request(rng: &mut Rng, mut w: Writer<'_>, action: Action) -> Optio
     let me = w.name;
     let lead = w.lead;
     let snap = w.replica.read();
-    let ordinary: Vec<&Task> = snap.tasks.iter().filter(|t| is_ordinary(&t.id)).collect();
+    let held = w.held;
+    let ordinary: Vec<&Task> = snap
+        .tasks
+        .iter()
+        .filter(|t| is_ordinary(&t.id) && !held.contains(&t.id))
+        .collect();
     let mine = |t: &&Task| t.owner.as_deref() == Some(me);
     let open = |t: &&Task| matches!(t.status, Status::Pending | Status::Blocked);
     let patch = |ops: Vec<PatchOp>| WriteRequest {
@@ -308,7 +371,7 @@ pub(crate) fn request(rng: &mut Rng, mut w: Writer<'_>, action: Action) -> Optio
                 .tasks
                 .iter()
                 .enumerate()
-                .filter(|(_, t)| is_ordinary(&t.id))
+                .filter(|(_, t)| is_ordinary(&t.id) && !held.contains(&t.id))
                 .map(|(i, _)| i)
                 .collect();
             let skip = droppable.get(rng.index(droppable.len())).copied();

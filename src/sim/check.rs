@@ -326,7 +326,9 @@ pub fn check(state: &FinalState<'_>) -> Result<Verdict, StoreError> {
                     .filter(|r| {
                         r.kind == "violation"
                             && r.rule == Some(inj.rule)
-                            && r.changes.contains(&inj.change)
+                            && std::iter::once(&inj.change)
+                                .chain(&inj.also)
+                                .any(|c| r.changes.contains(c))
                     })
                     .count()
             })

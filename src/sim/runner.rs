@@ -99,6 +99,11 @@ pub struct Injection {
     pub agent: String,
     /// The change that did it (hex): the reported violation names it.
     pub change: String,
+    /// The other changes of a race (hex): the violation arises when the hub has merged
+    /// them all, and names the one it merged last (or all, merged together), so a
+    /// report naming any of `change` and these counts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
     /// What it did.
     pub action: Action,
     /// When, simulated milliseconds.
@@ -224,6 +229,8 @@ struct AgentList {
 #[derive(Debug)]
 struct Agent {
     name: String,
+    /// Which session of agent `name` this is (0 for an agent of one session).
+    session: usize,
     group: usize,
     role: RoleSpec,
     lists: Vec<AgentList>,
@@ -246,6 +253,15 @@ struct Agent {
     next_task: u64,
     /// The hub's peer id, from its `peer` answer.
     hub_peer: Option<PeerId>,
+}
+
+/// A race between two sessions of one agent whose starts the hub may not both have yet:
+/// its tasks are held (no behaviour touches them) until it has.
+#[derive(Debug)]
+struct Race {
+    list: usize,
+    tasks: [String; 2],
+    changes: [ChangeHash; 2],
 }
 
 /// Who a connection belongs to.
@@ -291,6 +307,8 @@ struct Sim<'a> {
     converged_at: Option<u64>,
     stats: Stats,
     injected: Vec<Injection>,
+    /// Races not yet decided by the hub.
+    races: Vec<Race>,
     acked: BTreeMap<DocumentId, BTreeSet<ChangeHash>>,
     latencies: Vec<u64>,
     divergence: Vec<(u64, u64)>,
@@ -339,8 +357,9 @@ impl<'a> Sim<'a> {
             .map(|i| list_document_id(&format!("list-{i}")))
             .collect();
         let mut roles = Roles::default();
-        let mut agents = Vec::new();
+        let mut agents: Vec<Agent> = Vec::new();
         for (group, name, lists) in scenario.agents() {
+            let session = agents.iter().filter(|a| a.name == name).count();
             let role = scenario.agents[group].role;
             match role {
                 RoleSpec::Lead => {}
@@ -355,6 +374,7 @@ impl<'a> Sim<'a> {
             let raw_actor = ActorId::from(rng.bytes16());
             agents.push(Agent {
                 name,
+                session,
                 group,
                 role,
                 lists: lists
@@ -409,6 +429,7 @@ impl<'a> Sim<'a> {
             converged_at: None,
             stats: Stats::default(),
             injected: Vec::new(),
+            races: Vec::new(),
             acked: BTreeMap::new(),
             latencies: Vec::new(),
             divergence: Vec::new(),
@@ -668,8 +689,12 @@ impl<'a> Sim<'a> {
     }
 
     fn peer_id(&self, a: usize) -> Result<PeerId, SimError> {
-        PeerId::new(self.agents[a].name.clone())
-            .map_err(|e| SimError::Setup(format!("agent name as a peer id: {e}")))
+        let agent = &self.agents[a];
+        let id = match agent.session {
+            0 => agent.name.clone(),
+            s => format!("{}-s{s}", agent.name),
+        };
+        PeerId::new(id).map_err(|e| SimError::Setup(format!("agent name as a peer id: {e}")))
     }
 
     fn open_conn(&mut self, a: usize, side: bool) -> Result<ConnId, SimError> {
@@ -1061,6 +1086,8 @@ impl<'a> Sim<'a> {
         self.stats.ops += 1;
         let done = if action.is_rogue() {
             self.rogue(a, l, action)?
+        } else if action == Action::RaceStart {
+            self.race(a, l)?
         } else {
             match self.request(a, l, action) {
                 Some(req) => {
@@ -1076,8 +1103,25 @@ impl<'a> Sim<'a> {
         self.flush(a, l)
     }
 
+    /// The tasks of list `list` held for races the hub has not seen both starts of.
+    fn held(&mut self, list: usize) -> Vec<String> {
+        let (docs, acked) = (&self.docs, &self.acked);
+        self.races.retain(|r| {
+            let hub_has = acked.get(&docs[r.list]);
+            !r.changes
+                .iter()
+                .all(|c| hub_has.is_some_and(|h| h.contains(c)))
+        });
+        self.races
+            .iter()
+            .filter(|r| r.list == list)
+            .flat_map(|r| r.tasks.iter().cloned())
+            .collect()
+    }
+
     /// The write request for an ordinary action, if one applies.
     fn request(&mut self, a: usize, l: usize, action: Action) -> Option<WriteRequest> {
+        let held = self.held(self.agents[a].lists[l].list);
         let agent = &mut self.agents[a];
         let al = &agent.lists[l];
         let writer = behave::Writer {
@@ -1087,6 +1131,8 @@ impl<'a> Sim<'a> {
             seen: &al.seen,
             workers: &self.workers[al.list],
             next_task: &mut agent.next_task,
+            session: agent.session,
+            held: &held,
         };
         behave::request(&mut self.rng, writer, action)
     }
@@ -1133,6 +1179,69 @@ impl<'a> Sim<'a> {
         outcome
     }
 
+    // ----- races between sessions of one agent -----
+
+    /// A `race_start` by session `a` on its list `l`: `a` and a sibling session of the
+    /// same agent each start a different pending task of the agent, at the same
+    /// instant, from replicas that agree (every session of the agent on the list in
+    /// sync with the hub, at one version) that nothing of the agent's is in progress.
+    /// Both writes are valid; their merge holds two tasks in progress for one owner, a
+    /// single-active violation the hub must report exactly once. Nothing else of the
+    /// agent's is in flight meanwhile, and both tasks are held (no behaviour touches
+    /// them) until the hub has acknowledged both starts: nothing else decides the race.
+    fn race(&mut self, a: usize, l: usize) -> Result<bool, SimError> {
+        let list = self.agents[a].lists[l].list;
+        let name = self.agents[a].name.clone();
+        let heads = self.agents[a].lists[l].replica.heads();
+        let mut siblings = Vec::new();
+        for (b, other) in self.agents.iter().enumerate() {
+            if other.name != name {
+                continue;
+            }
+            let Some(ol) = other.lists.iter().position(|x| x.list == list) else {
+                continue;
+            };
+            if !self.rogue_ready(b, ol) || other.lists[ol].replica.heads() != heads {
+                return Ok(false);
+            }
+            if b != a {
+                siblings.push((b, ol));
+            }
+        }
+        if siblings.is_empty() {
+            return Ok(false);
+        }
+        let held = self.held(list);
+        let replica = &self.agents[a].lists[l].replica;
+        let Some((mine, theirs)) = behave::race_tasks(&mut self.rng, &name, replica, &held) else {
+            return Ok(false);
+        };
+        let (b, bl) = siblings[self.rng.index(siblings.len())];
+        let Some(first) = self.write(a, l, &behave::start_request(&mine), Action::RaceStart) else {
+            return Ok(false);
+        };
+        let second = self.write(b, bl, &behave::start_request(&theirs), Action::RaceStart);
+        self.flush(b, bl)?;
+        let Some(second) = second else {
+            return Ok(true);
+        };
+        self.races.push(Race {
+            list,
+            tasks: [mine, theirs],
+            changes: [first, second],
+        });
+        self.injected.push(Injection {
+            rule: Rule::SingleActive,
+            list,
+            agent: name,
+            change: first.to_string(),
+            also: vec![second.to_string()],
+            action: Action::RaceStart,
+            at_ms: self.now,
+        });
+        Ok(true)
+    }
+
     // ----- the rogue -----
 
     /// Ready for an injection whose report can be counted: connected, in sync (every
@@ -1173,6 +1282,7 @@ impl<'a> Sim<'a> {
             list,
             agent: me,
             change: change.to_string(),
+            also: Vec::new(),
             action,
             at_ms: self.now,
         });
@@ -1366,13 +1476,16 @@ fn frame_detail(bytes: &[u8]) -> String {
     }
 }
 
-/// The agents with a worker role on `list`.
+/// The agents with a worker role on `list` (each once, however many sessions it has).
 fn workers_of(agents: &[Agent], list: usize) -> Vec<String> {
-    agents
-        .iter()
-        .filter(|a| a.role == RoleSpec::Worker && a.lists.iter().any(|l| l.list == list))
-        .map(|a| a.name.clone())
-        .collect()
+    let mut out: Vec<String> = Vec::new();
+    for a in agents {
+        let on = a.role == RoleSpec::Worker && a.lists.iter().any(|l| l.list == list);
+        if on && !out.contains(&a.name) {
+            out.push(a.name.clone());
+        }
+    }
+    out
 }
 
 /// A fingerprint of where an agent's sync stands.

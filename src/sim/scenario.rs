@@ -1,8 +1,8 @@
 //! Scenarios: what a simulation runs, read from a TOML file.
 //!
-//! A scenario names its lists, its agents (in groups with a role, a rate and a mix of
-//! behaviours), the network (latency, drops, duplicates, reordering) and the faults
-//! (partitions, hub crashes). Unknown keys are refused, and every error names the
+//! A scenario names its lists, its agents (in groups with a role, a rate, a mix of
+//! behaviours and how many sessions each agent runs under its one id), the network
+//! (latency, drops, duplicates, reordering) and the faults (partitions, hub crashes). Unknown keys are refused, and every error names the
 //! field it is about (`agents[1].rate_per_s: …`).
 //!
 //! The types are plain data: the deterministic runner reads them, and so can a live
@@ -28,6 +28,8 @@ pub const PARTITIONS_MAX: u32 = 10_000;
 pub const CONNECTION_CUTS_MAX: u32 = 10_000;
 /// Most slow readers in one live run.
 pub const SLOW_READERS_MAX: u32 = 100;
+/// Most sessions of one agent (replicas and connections under one agent id).
+pub const SESSIONS_MAX: usize = 16;
 /// Highest rate of one agent, in actions per simulated second.
 pub const RATE_PER_S_MAX: f64 = 1_000.0;
 /// Longest one-way network latency, in simulated milliseconds.
@@ -94,6 +96,11 @@ pub struct AgentGroup {
     /// How many agents.
     #[serde(default = "one")]
     pub count: usize,
+    /// Sessions of each agent: replicas with a connection of their own that act under
+    /// the one agent id (parallel subagents sharing an identity). Each acts at
+    /// `rate_per_s` with the group's mix.
+    #[serde(default = "one")]
+    pub sessions: usize,
     /// Their role on every list.
     pub role: RoleSpec,
     /// Which lists each agent syncs.
@@ -158,6 +165,13 @@ pub struct Mix {
     pub reorder: u32,
     /// Add a dependency between two tasks.
     pub depend: u32,
+    /// With a sibling session of the same agent (`sessions` ≥ 2): both start a
+    /// different one of the agent's pending tasks at once, each from a replica that
+    /// agrees nothing of the agent's is in progress. Valid writes, but the merge holds
+    /// two tasks in progress for one owner: an injected single-active violation. The
+    /// race is decided by the hub only if no one else changes those tasks' status
+    /// meanwhile (a lead's `cancel` would decide some races for it).
+    pub race_start: u32,
     /// Rogue: write an invalid status (a schema violation).
     pub invalid_status: u32,
     /// Rogue: set two of its tasks `in_progress` in one change (single active).
@@ -196,6 +210,8 @@ pub enum Action {
     Reorder,
     /// See [`Mix::depend`].
     Depend,
+    /// See [`Mix::race_start`].
+    RaceStart,
     /// See [`Mix::invalid_status`].
     InvalidStatus,
     /// See [`Mix::double_active`].
@@ -230,7 +246,7 @@ impl Action {
 
 impl Mix {
     /// `(action, weight)` for every action, in a fixed order.
-    pub fn weights(&self) -> [(Action, u32); 16] {
+    pub fn weights(&self) -> [(Action, u32); 17] {
         [
             (Action::Plan, self.plan),
             (Action::Claim, self.claim),
@@ -241,6 +257,7 @@ impl Mix {
             (Action::ReplaceStale, self.replace_stale),
             (Action::Reorder, self.reorder),
             (Action::Depend, self.depend),
+            (Action::RaceStart, self.race_start),
             (Action::InvalidStatus, self.invalid_status),
             (Action::DoubleActive, self.double_active),
             (Action::BadDependency, self.bad_dependency),
@@ -377,7 +394,8 @@ impl Scenario {
         Ok(scenario)
     }
 
-    /// Every agent, in a fixed order: `(group index, agent id, list indexes)`.
+    /// Every session of every agent, in a fixed order: `(group index, agent id, list
+    /// indexes)`. An agent of `sessions = n` appears `n` times in a row, under one id.
     pub fn agents(&self) -> Vec<(usize, String, Vec<usize>)> {
         let mut out = Vec::new();
         for (g, group) in self.agents.iter().enumerate() {
@@ -387,11 +405,13 @@ impl Scenario {
                 } else {
                     format!("{}-{i}", group.name)
                 };
-                let lists = match group.lists {
+                let lists: Vec<usize> = match group.lists {
                     ListChoice::All => (0..self.lists.count).collect(),
                     ListChoice::Spread => vec![i % self.lists.count],
                 };
-                out.push((g, name, lists));
+                for _ in 0..group.sessions {
+                    out.push((g, name.clone(), lists.clone()));
+                }
             }
         }
         out
@@ -449,7 +469,13 @@ impl Scenario {
             if g.count == 0 {
                 return bad(&at("count"), "must be at least 1".into());
             }
-            total = total.saturating_add(g.count);
+            if g.sessions == 0 || g.sessions > SESSIONS_MAX {
+                return bad(
+                    &at("sessions"),
+                    format!("must be in 1..={SESSIONS_MAX}, is {}", g.sessions),
+                );
+            }
+            total = total.saturating_add(g.count.saturating_mul(g.sessions));
             let writes = g.mix.total() > 0;
             if writes && !(g.rate_per_s > 0.0 && g.rate_per_s <= RATE_PER_S_MAX) {
                 return bad(
@@ -461,6 +487,19 @@ impl Scenario {
                 return bad(
                     &at("mix"),
                     "an observer does not write: leave the mix empty".into(),
+                );
+            }
+            if g.role == RoleSpec::Rogue && g.sessions > 1 {
+                // Its injections are counted one merge at a time: sibling sessions
+                // injecting at once would blur which report answers which.
+                return bad(&at("sessions"), "a rogue has one session".into());
+            }
+            if g.mix.race_start > 0 && g.sessions < 2 {
+                return bad(
+                    &at("mix"),
+                    "race_start races a sibling session of the same agent: it needs \
+                     sessions >= 2"
+                        .into(),
                 );
             }
             let rogue_actions = g.mix.weights().iter().any(|(a, w)| *w > 0 && a.is_rogue());
@@ -561,5 +600,28 @@ mod tests {
         assert!(e.contains("boss"), "{e}");
         let e = error(&MINIMAL.replace("mix = { plan = 1 }", "mix = { oversize = 1 }"));
         assert!(e.contains("agents[0].mix"), "{e}");
+        let e = error(&MINIMAL.replace("mix = { plan = 1 }", "mix = { race_start = 1 }"));
+        assert!(e.contains("agents[0].mix") && e.contains("sessions"), "{e}");
+        let e = error(&MINIMAL.replace("rate_per_s = 1.0", "rate_per_s = 1.0\nsessions = 0"));
+        assert!(e.contains("agents[0].sessions"), "{e}");
+        let e = error(&MINIMAL.replace("role = \"lead\"", "role = \"rogue\"\nsessions = 2"));
+        assert!(e.contains("agents[0].sessions"), "{e}");
+    }
+
+    #[test]
+    fn sessions_share_their_agent_id() {
+        let s = Scenario::parse(
+            &MINIMAL.replace(
+                "mix = { plan = 1 }",
+                "count = 2\nsessions = 3\nmix = { race_start = 1 }",
+            ),
+            "x.toml",
+        )
+        .unwrap();
+        let names: Vec<String> = s.agents().into_iter().map(|(_, n, _)| n).collect();
+        assert_eq!(
+            names,
+            ["lead-0", "lead-0", "lead-0", "lead-1", "lead-1", "lead-1"]
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! The hub under test: a real `swarmtodo serve` child process on a loopback port,
-//! killed with SIGKILL and restarted on the same data file, stopped with SIGTERM.
+//! The hub under test: a real `swarmtodo serve` child process on a loopback port, with
+//! the run's configuration file (the scenario's agents, roles and tokens), killed with
+//! SIGKILL and restarted on the same data file, stopped with SIGTERM.
 //!
 //! Blocking (process spawn, pipe reads, waits): the live runner calls these from
 //! `spawn_blocking`.
@@ -37,6 +38,8 @@ pub(crate) struct HubCommand {
     pub(crate) bin: PathBuf,
     /// Its SQLite file.
     pub(crate) data: PathBuf,
+    /// Its configuration file (`--config`): roles and tokens.
+    pub(crate) config: PathBuf,
     /// Where its stderr goes (appended, one file for every incarnation).
     pub(crate) log: PathBuf,
 }
@@ -61,6 +64,8 @@ impl HubCommand {
             .arg(listen.to_string())
             .arg("--data")
             .arg(&self.data)
+            .arg("--config")
+            .arg(&self.config)
             .env(
                 "SWARMTODO_LOG",
                 std::env::var("SWARMTODO_LOG").unwrap_or_else(|_| "warn".into()),

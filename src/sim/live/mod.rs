@@ -6,9 +6,16 @@
 //!   folder ([`hub`]). A hub crash is `kill -9`, then a restart on the same data file
 //!   and, when the port is still free, the same port (else the agents are pointed at the
 //!   new one).
+//! - The hub runs with a configuration file written for the run ([`Access`]): a token
+//!   per agent (its sessions share it) with the agent's role — workers and the rogue
+//!   are workers, so ownership is enforced as in the deterministic runs — and tokens of
+//!   their own for the checker's read-back and the slow readers. Every connection,
+//!   raw ones included, carries its token (`?token=`).
 //! - Each agent syncs each of its lists with the real client ([`Connection`]), acts at
 //!   the scenario's rate with the behaviours the deterministic runner uses
-//!   ([`super::behave`]), and reconnects with the client's backoff ([`session`]).
+//!   ([`super::behave`]), and reconnects with the client's backoff ([`session`]). An
+//!   agent of several sessions has a session (replica and connection) per list per
+//!   session; sessions race each other with `race_start`.
 //! - Connection cuts drop an agent's connection without a close; partitions keep agents
 //!   off the hub (they write on); slow readers are raw peers that never read ([`raw`]).
 //! - "Acknowledged" is what the client sees: its sync ended with the hub's heads equal
@@ -43,8 +50,8 @@ pub use self::raw::{
     SlowReaderOutcome, BAD_FRAME_TIMEOUT, SLOW_READER_CLOSE_WAIT, SLOW_READER_RCVBUF_BYTES,
     SLOW_READER_WRITES_MAX, SLOW_READER_WRITE_TASKS,
 };
-pub use self::session::SYNC_STALL;
-use self::session::{Control, Session, Spec, Status, Tracker};
+use self::session::{Control, RaceHold, RaceOrder, Session, Spec, Status, Tracker};
+pub use self::session::{RACE_ANSWER_TIMEOUT, SYNC_STALL};
 use super::behave;
 use super::check::{self, Check, FinalState, Replica, SideOutcome};
 use super::rng::Rng;
@@ -53,9 +60,9 @@ use super::scenario::{RoleSpec, Scenario};
 use super::SimError;
 use crate::authority::{Policy, Roles};
 use crate::client::{list_document_id, Connection};
+use crate::config::Config;
 use crate::hub::wire::DocumentId;
 use crate::model::{TodoList, WriteContext};
-use crate::proto::Rule;
 use crate::store::Db;
 
 /// Consecutive quiet samples (every [`SAMPLE_MS`]) that make quiescence.
@@ -70,6 +77,200 @@ pub const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const READ_BACK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most controller log lines kept.
 pub const LOG_LINES_MAX: usize = 100_000;
+/// Length of each token of the run's configuration: `sim-` and 16 random bytes in hex.
+const TOKEN_BYTES: usize = "sim-".len() + 2 * 16;
+const _: () = assert!(
+    TOKEN_BYTES >= crate::config::TOKEN_BYTES_MIN && TOKEN_BYTES <= crate::config::TOKEN_BYTES_MAX,
+    "tokens the hub accepts"
+);
+/// Mixed into the seed for the tokens' generator: the tokens draw nothing from the
+/// run's own generator, so they leave the agents' choices as they were.
+const TOKEN_STREAM: u64 = 0x746f_6b65_6e73_0001;
+/// The checker's agent id (an observer: it only reads the lists back).
+pub const CHECKER_AGENT: &str = "sim-checker";
+/// The slow readers' writer's agent id: an observer, lead on the slow readers' lists.
+pub const SLOW_WRITER_AGENT: &str = "slow-reader-writer";
+/// The slow readers' agent id (an observer: a slow reader only asks).
+pub const SLOW_READER_AGENT: &str = "slow-reader";
+
+/// `url` with `token` as its `?token=` query.
+pub(crate) fn authed(url: &str, token: &str) -> String {
+    format!("{url}/?token={token}")
+}
+
+/// Who may connect to the run's hub, and as whom: the tokens of its configuration file.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// Each agent's token, by agent id (an agent's sessions share it).
+    agents: BTreeMap<String, String>,
+    /// The checker's read-back.
+    checker: String,
+    /// The writer beside each slow reader.
+    slow_writer: String,
+    /// The slow readers.
+    slow_reader: String,
+    /// The configuration, as the hub reads it (policy and roles for the checker; with
+    /// [`LiveFault::HubIgnoresRoles`], as the hub should have read it).
+    config: Config,
+    /// The configuration file's text.
+    toml: String,
+}
+
+impl Access {
+    /// Tokens for the agents of `scenario` (roles from their groups: a rogue is a
+    /// worker), the checker and the slow readers, drawn from `seed`; checked by the
+    /// hub's own configuration parser. With [`LiveFault::HubIgnoresRoles`] the file
+    /// the hub gets makes every agent a lead, while the checker keeps the scenario's
+    /// roles.
+    pub fn new(
+        scenario: &Scenario,
+        seed: u64,
+        fault: Option<LiveFault>,
+    ) -> Result<Access, SimError> {
+        let mut rng = Rng::new(seed ^ TOKEN_STREAM);
+        let mut token = || {
+            let hex: String = rng.bytes16().iter().map(|b| format!("{b:02x}")).collect();
+            format!("sim-{hex}")
+        };
+        let mut roles: BTreeMap<String, &'static str> = BTreeMap::new();
+        for (g, name, _) in scenario.agents() {
+            let role = match scenario.agents[g].role {
+                RoleSpec::Lead => "lead",
+                RoleSpec::Worker | RoleSpec::Rogue => "worker",
+                RoleSpec::Observer => "observer",
+            };
+            roles.insert(name, role);
+        }
+        for reserved in [CHECKER_AGENT, SLOW_WRITER_AGENT, SLOW_READER_AGENT] {
+            if roles.contains_key(reserved) {
+                return Err(SimError::Setup(format!(
+                    "agent id {reserved:?} is the live runner's own: rename the group"
+                )));
+            }
+        }
+        let mut entries: Vec<TokenEntry> = Vec::new();
+        let mut agents = BTreeMap::new();
+        for (name, role) in &roles {
+            let t = token();
+            agents.insert(name.clone(), t.clone());
+            entries.push(TokenEntry {
+                scenario_agent: true,
+                ..TokenEntry::new(t, name, role)
+            });
+        }
+        let checker = token();
+        entries.push(TokenEntry::new(checker.clone(), CHECKER_AGENT, "observer"));
+        // The slow readers' writer writes only the slow readers' lists: a per-list role.
+        let slow_writer = token();
+        let mut writer = TokenEntry::new(slow_writer.clone(), SLOW_WRITER_AGENT, "observer");
+        writer.lead_of = (0..scenario.faults.slow_readers)
+            .map(|n| slow_reader_list(n as usize))
+            .collect();
+        entries.push(writer);
+        let slow_reader = token();
+        entries.push(TokenEntry::new(
+            slow_reader.clone(),
+            SLOW_READER_AGENT,
+            "observer",
+        ));
+        let render = |leads: bool| -> Result<String, SimError> {
+            let tokens = entries
+                .iter()
+                .map(|e| {
+                    let mut t = toml::Table::new();
+                    t.insert("token".into(), e.token.as_str().into());
+                    t.insert("agent".into(), e.agent.as_str().into());
+                    let role = if leads && e.scenario_agent {
+                        "lead"
+                    } else {
+                        e.role
+                    };
+                    t.insert("role".into(), role.into());
+                    if !e.lead_of.is_empty() {
+                        let lists: toml::Table = e
+                            .lead_of
+                            .iter()
+                            .map(|l| (l.clone(), toml::Value::from("lead")))
+                            .collect();
+                        t.insert("lists".into(), toml::Value::Table(lists));
+                    }
+                    toml::Value::Table(t)
+                })
+                .collect();
+            let mut root = toml::Table::new();
+            root.insert("tokens".into(), toml::Value::Array(tokens));
+            let body = toml::to_string(&root)
+                .map_err(|e| SimError::Setup(format!("the hub's configuration: {e}")))?;
+            Ok(format!(
+                "# Written by `swarmtodo sim --live` for scenario {:?}, seed {seed}: a token \
+                 per agent,\n# with its role; the checker and the slow readers have their \
+                 own.\n{body}",
+                scenario.name
+            ))
+        };
+        let parse = |text: &str| {
+            Config::parse(text)
+                .map_err(|e| SimError::Setup(format!("the hub's configuration: {e}")))
+        };
+        let honest = render(false)?;
+        let config = parse(&honest)?;
+        let toml = if fault == Some(LiveFault::HubIgnoresRoles) {
+            let all_leads = render(true)?;
+            parse(&all_leads)?;
+            all_leads
+        } else {
+            honest
+        };
+        Ok(Access {
+            agents,
+            checker,
+            slow_writer,
+            slow_reader,
+            config,
+            toml,
+        })
+    }
+
+    /// The token of agent `name` (empty for an agent the scenario does not have: the
+    /// hub refuses it).
+    pub(crate) fn token(&self, name: &str) -> &str {
+        self.agents.get(name).map_or("", String::as_str)
+    }
+
+    /// The configuration file's text.
+    pub fn toml(&self) -> &str {
+        &self.toml
+    }
+}
+
+/// One `[[tokens]]` entry of the run's configuration.
+#[derive(Debug)]
+struct TokenEntry {
+    token: String,
+    agent: String,
+    role: &'static str,
+    /// Lists on which it is a lead whatever its `role`.
+    lead_of: Vec<String>,
+    /// One of the scenario's agents (not the runner's own).
+    scenario_agent: bool,
+}
+
+impl TokenEntry {
+    fn new(token: String, agent: &str, role: &'static str) -> TokenEntry {
+        TokenEntry {
+            token,
+            agent: agent.to_owned(),
+            role,
+            lead_of: Vec::new(),
+            scenario_agent: false,
+        }
+    }
+}
+
+/// The list of slow reader `n`, which no agent syncs.
+fn slow_reader_list(n: usize) -> String {
+    format!("slow-reader-{n}")
+}
 
 /// How to run one live seed.
 #[derive(Debug, Clone)]
@@ -96,6 +297,10 @@ pub enum LiveFault {
     /// store's change table is deleted from the SQLite file (a store that lost an
     /// acknowledged write).
     StoreLosesAckedWrite,
+    /// The hub's configuration file gives every agent's token a lead's role (a hub that
+    /// does not enforce the scenario's roles): a worker's edits of other agents' tasks
+    /// go unreported, and the checker, which keeps the scenario's roles, must say so.
+    HubIgnoresRoles,
 }
 
 /// What only a live run measures.
@@ -148,6 +353,13 @@ pub(crate) struct Shared {
     pub(crate) tracker: Mutex<Tracker>,
     /// Each session's standing.
     pub(crate) status: Mutex<Vec<Status>>,
+    /// Per session, the start a sibling session asked of it in a race (taken, written
+    /// and answered under the lock: see `Session::race`).
+    pub(crate) orders: Mutex<Vec<Option<RaceOrder>>>,
+    /// Races whose starts the hub has not all acknowledged: their tasks are left alone.
+    pub(crate) holds: Mutex<Vec<RaceHold>>,
+    /// The tokens.
+    pub(crate) access: Access,
 }
 
 impl Shared {
@@ -192,9 +404,14 @@ pub fn run_live(scenario: &Scenario, cfg: &LiveConfig) -> Result<RunOutcome, Sim
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| SimError::Io(dir.display().to_string(), e))?;
+    let access = Access::new(scenario, cfg.seed, cfg.fault)?;
+    let config = dir.join("hub.toml");
+    std::fs::write(&config, access.toml())
+        .map_err(|e| SimError::Io(config.display().to_string(), e))?;
     let cmd = HubCommand {
         bin: cfg.hub_bin.clone(),
         data: dir.join("hub.db"),
+        config,
         log: dir.join("hub.log"),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -202,9 +419,9 @@ pub fn run_live(scenario: &Scenario, cfg: &LiveConfig) -> Result<RunOutcome, Sim
         .enable_all()
         .build()
         .map_err(|e| SimError::Io("the async runtime".into(), e))?;
-    let ended = runtime.block_on(drive(scenario, cfg, &cmd));
+    let ended = runtime.block_on(drive(scenario, cfg, &cmd, &access));
     runtime.shutdown_timeout(Duration::from_secs(1));
-    let mut outcome = judge(scenario, cfg, &cmd, ended?, started)?;
+    let mut outcome = judge(scenario, cfg, &cmd, &access, ended?, started)?;
     if outcome.passed() {
         // Best effort: a leftover folder only costs disk.
         let _ = std::fs::remove_dir_all(&dir);
@@ -392,11 +609,16 @@ impl Controller<'_> {
             Ev::SlowReader(seed) => {
                 let n = self.slow.len();
                 let shared = self.shared.clone();
-                self.note(format!("slow reader {n} on list slow-reader-{n}"));
+                let list = slow_reader_list(n);
+                self.note(format!("slow reader {n} on list {list}"));
                 self.slow.push(tokio::spawn(async move {
                     let kills = shared.kills.load(Ordering::SeqCst);
                     let url = shared.url();
-                    let out = raw::slow_reader(&url, &format!("slow-reader-{n}"), seed).await;
+                    let tokens = raw::SlowTokens {
+                        writer: &shared.access.slow_writer,
+                        reader: &shared.access.slow_reader,
+                    };
+                    let out = raw::slow_reader(&url, tokens, &list, seed).await;
                     let judged = !out.no_hub && shared.kills.load(Ordering::SeqCst) == kills;
                     (out, judged)
                 }));
@@ -416,7 +638,12 @@ impl Controller<'_> {
 }
 
 /// The live part: hub, agents, faults, quiescence, read-back, stop.
-async fn drive(scenario: &Scenario, cfg: &LiveConfig, cmd: &HubCommand) -> Result<Ended, SimError> {
+async fn drive(
+    scenario: &Scenario,
+    cfg: &LiveConfig,
+    cmd: &HubCommand,
+    access: &Access,
+) -> Result<Ended, SimError> {
     let mut rng = Rng::new(cfg.seed);
     let docs: Vec<DocumentId> = (0..scenario.lists.count)
         .map(|i| list_document_id(&format!("list-{i}")))
@@ -430,24 +657,33 @@ async fn drive(scenario: &Scenario, cfg: &LiveConfig, cmd: &HubCommand) -> Resul
             }
         }
     }
-    let mut sessions = Vec::new();
+    for w in &mut workers {
+        // An agent of several sessions is one owner.
+        let mut seen = BTreeSet::new();
+        w.retain(|name| seen.insert(name.clone()));
+    }
+    let mut sessions: Vec<Session> = Vec::new();
     let mut sessions_of_agent = Vec::new();
     let mut list_of = Vec::new();
-    for (g, name, lists) in &agents {
+    for (a, (g, name, lists)) in agents.iter().enumerate() {
         let group = &scenario.agents[*g];
         let actor = ActorId::from(rng.bytes16());
         let raw_actor = ActorId::from(rng.bytes16());
+        let session = agents[..a].iter().filter(|(_, n, _)| n == name).count();
         let mut mine = Vec::new();
         for &l in lists {
             let spec = Spec {
                 index: sessions.len(),
                 name: name.clone(),
+                session,
+                token: access.token(name).to_owned(),
                 role: group.role,
                 list: l,
                 doc: docs[l],
                 rate_per_s: group.rate_per_s / lists.len().max(1) as f64,
                 mix: group.mix.clone(),
                 workers: workers[l].clone(),
+                siblings: Vec::new(),
                 raw_actor: raw_actor.clone(),
             };
             mine.push(spec.index);
@@ -464,6 +700,16 @@ async fn drive(scenario: &Scenario, cfg: &LiveConfig, cmd: &HubCommand) -> Resul
     for (s, &l) in list_of.iter().enumerate() {
         sessions_of_list[l].push(s);
     }
+    // The other sessions of the same agent on the same list: whom a race may pick.
+    let keys: Vec<(String, usize)> = sessions
+        .iter()
+        .map(|s| (s.spec.name.clone(), s.spec.list))
+        .collect();
+    for (i, s) in sessions.iter_mut().enumerate() {
+        s.spec.siblings = (0..keys.len())
+            .filter(|&j| j != i && keys[j] == keys[i])
+            .collect();
+    }
     let shared = Arc::new(Shared {
         started: Instant::now(),
         url: Mutex::new(String::new()),
@@ -472,6 +718,9 @@ async fn drive(scenario: &Scenario, cfg: &LiveConfig, cmd: &HubCommand) -> Resul
         kills: AtomicU64::new(0),
         tracker: Mutex::new(Tracker::new(sessions_of_list)),
         status: Mutex::new(vec![Status::default(); sessions.len()]),
+        orders: Mutex::new((0..sessions.len()).map(|_| None).collect()),
+        holds: Mutex::new(Vec::new()),
+        access: access.clone(),
     });
     let mut ctl = Controller {
         cmd,
@@ -528,7 +777,7 @@ async fn drive(scenario: &Scenario, cfg: &LiveConfig, cmd: &HubCommand) -> Resul
                 }
             }
         }
-        let url = shared.url();
+        let url = authed(&shared.url(), access.token(&lead));
         let setup = async {
             let mut conn = Connection::connect(&url, &format!("{lead}-l{list}-setup")).await?;
             conn.sync(s.spec.doc, &mut s.replica).await?;
@@ -665,12 +914,12 @@ async fn drive(scenario: &Scenario, cfg: &LiveConfig, cmd: &HubCommand) -> Resul
     }
 
     // The hub's state, as a fresh client reads it.
-    let url = shared.url();
+    let url = authed(&shared.url(), &access.checker);
     let mut hub_lists = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
         let mut list = TodoList::create(ActorId::from(rng.bytes16()));
         let read = async {
-            let mut conn = Connection::connect(&url, &format!("sim-checker-{i}")).await?;
+            let mut conn = Connection::connect(&url, &format!("{CHECKER_AGENT}-{i}")).await?;
             conn.sync(*doc, &mut list).await?;
             conn.close().await
         };
@@ -777,6 +1026,7 @@ fn judge(
     scenario: &Scenario,
     cfg: &LiveConfig,
     cmd: &HubCommand,
+    access: &Access,
     mut ended: Ended,
     started: Instant,
 ) -> Result<RunOutcome, SimError> {
@@ -795,15 +1045,16 @@ fn judge(
         ));
     }
     let db = Db::open(&cmd.data)?;
-    // The hub runs without a configuration file: every agent is a lead to it, and its
-    // policy is the default one. The checker judges by what the hub enforces.
-    let policy = Policy::default();
-    let roles = Roles::default();
-    let (enforced, ownership): (Vec<_>, Vec<_>) = ended
+    // The checker judges by what the hub enforces: the policy and roles of the
+    // configuration file it was started with (as the deterministic runner's hub has
+    // them: the default policy, workers and the rogue as workers).
+    let policy: Policy = access.config.policy();
+    let roles: Roles = access.config.roles();
+    let injected: Vec<_> = ended
         .sessions
         .iter()
         .flat_map(|s| s.injected.iter().cloned())
-        .partition(|i| i.rule != Rule::Ownership);
+        .collect();
     let mut sides: Vec<SideOutcome> = Vec::new();
     for s in &ended.sessions {
         for side in &s.sides {
@@ -834,7 +1085,7 @@ fn judge(
         replicas,
         db: &db,
         acked: &acked,
-        injected: &enforced,
+        injected: &injected,
         policy,
         roles,
         sides,
@@ -928,17 +1179,6 @@ fn judge(
             skipped: false,
         }
     });
-    if !ownership.is_empty() {
-        checks.push(Check::skipped(
-            "injected_ownership_reported",
-            format!(
-                "{} ownership injections: the live hub is started without a roles \
-                 configuration (`serve --config`), so to it every agent is a lead and a \
-                 worker's edit of a lead's task breaks no rule",
-                ownership.len()
-            ),
-        ));
-    }
     checks.push(Check::skipped(
         "frames_faults",
         "loopback TCP neither loses, doubles nor reorders frames; faults here are \
@@ -946,8 +1186,6 @@ fn judge(
             .into(),
     ));
 
-    let mut injected = enforced;
-    injected.extend(ownership);
     let wall_ms = ms_since(started);
     Ok(RunOutcome {
         scenario: scenario.name.clone(),

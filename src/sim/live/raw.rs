@@ -1,6 +1,7 @@
 //! Raw WebSocket peers that misbehave on purpose: a rogue's bad frames (each on a
 //! connection of its own, answered with a close code) and slow readers (a peer that asks
-//! for a list and never reads again, until the hub drops it).
+//! for a list and never reads again, until the hub drops it). Each connects with a token
+//! of the run's configuration, like any agent: the hub refuses the upgrade without one.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -10,6 +11,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use automerge::ActorId;
 
+use super::authed;
 use crate::client::{list_document_id, Connection};
 use crate::hub::wire::{self, DocumentId, PeerId, PeerMetadata, WireMessage};
 use crate::model::{TodoList, WriteContext};
@@ -54,7 +56,7 @@ fn join(peer: &PeerId) -> Vec<u8> {
 }
 
 /// Sends one bad frame (`what`, with `noise` as its random bytes) on a new connection to
-/// `url` and returns the close code the hub answered with (None: the connection ended
+/// `url` (carrying the sender's token) and returns the close code the hub answered with (None: the connection ended
 /// without one, or in time).
 pub(crate) async fn bad_frame(
     url: &str,
@@ -161,14 +163,29 @@ pub struct SlowReaderOutcome {
     pub no_hub: bool,
 }
 
+/// The tokens of a slow reader and of the writer beside it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlowTokens<'a> {
+    /// The writer's: it may write the slow readers' lists.
+    pub(crate) writer: &'a str,
+    /// The slow reader's: it may read.
+    pub(crate) reader: &'a str,
+}
+
 /// A slow reader on a list of its own (`name`, which no agent syncs): a well-behaved
 /// client creates the list, the slow reader joins, requests it — and never reads again,
 /// on a socket with a small receive buffer. The client then writes big tasks (each write
 /// relayed to the slow reader) until the hub's outbox for the slow reader is full and
 /// the hub drops it (1008 `slow_reader`; the close frame cannot reach a peer that does
 /// not read, so being dropped shows as its pings failing). The writer's every write must
-/// still be acknowledged. `seed` makes the tasks' text.
-pub(crate) async fn slow_reader(url: &str, name: &str, seed: u64) -> SlowReaderOutcome {
+/// still be acknowledged. `seed` makes the tasks' text; `url` is the hub's, without a
+/// token.
+pub(crate) async fn slow_reader(
+    url: &str,
+    tokens: SlowTokens<'_>,
+    name: &str,
+    seed: u64,
+) -> SlowReaderOutcome {
     let mut out = SlowReaderOutcome {
         writes: 0,
         closed: false,
@@ -179,14 +196,15 @@ pub(crate) async fn slow_reader(url: &str, name: &str, seed: u64) -> SlowReaderO
     let doc = list_document_id(name);
     let mut rng = Rng::new(seed);
     let mut list = TodoList::create(ActorId::from(rng.bytes16()));
-    let Ok(mut writer) = Connection::connect(url, &format!("{name}-writer")).await else {
+    let writer_url = authed(url, tokens.writer);
+    let Ok(mut writer) = Connection::connect(&writer_url, &format!("{name}-writer")).await else {
         return out;
     };
     // The list exists on the hub before the slow reader asks for it.
     if !big_write(&mut writer, doc, &mut list, &mut rng, 1).await {
         return out;
     }
-    let Some(mut ws) = slow_connect(url).await else {
+    let Some(mut ws) = slow_connect(url, tokens.reader).await else {
         return out;
     };
     let Ok(peer) = PeerId::new(format!("{name}-reader")) else {
@@ -294,9 +312,11 @@ async fn big_write(
     }
 }
 
-/// A WebSocket client on a socket with a small receive buffer.
+/// A WebSocket client on a socket with a small receive buffer, to `url` (the hub's,
+/// `ws://ADDR`) with `token`.
 async fn slow_connect(
     url: &str,
+    token: &str,
 ) -> Option<tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>> {
     let addr: SocketAddr = url.strip_prefix("ws://")?.parse().ok()?;
     let socket = match addr {
@@ -306,6 +326,8 @@ async fn slow_connect(
     .ok()?;
     socket.set_recv_buffer_size(SLOW_READER_RCVBUF_BYTES).ok()?;
     let stream = socket.connect(addr).await.ok()?;
-    let (ws, _) = tokio_tungstenite::client_async(url, stream).await.ok()?;
+    let (ws, _) = tokio_tungstenite::client_async(authed(url, token), stream)
+        .await
+        .ok()?;
     Some(ws)
 }

@@ -13,14 +13,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use automerge::{ActorId, ChangeHash};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use super::raw;
-use super::Shared;
+use super::{authed, Shared};
 use crate::client::{ClientError, Connection, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN};
 use crate::hub::wire::DocumentId;
 use crate::model::{TodoList, WriteContext};
-use crate::proto::{Rule, Version, WriteRequest};
+use crate::proto::{Rule, Status as TaskStatus, Version, WriteRequest};
 use crate::sim::behave::{self, RogueMove};
 use crate::sim::check::SideOutcome;
 use crate::sim::rng::Rng;
@@ -33,6 +33,48 @@ use crate::sim::scenario::{Action, Mix, RoleSpec};
 pub const SYNC_STALL: Duration = Duration::from_secs(15);
 /// Longest sleep of an idle, disconnected session before it looks at its clock again.
 const IDLE_POLL: Duration = Duration::from_millis(100);
+/// How long a session that started a race waits for its sibling's start. The sibling
+/// answers between two of its syncs (each about `SYNC_SETTLE`); past this wait the
+/// race is withdrawn and counts for nothing.
+pub const RACE_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A race's second start, asked of a sibling session: start `task` if your replica
+/// agrees that nothing of ours is in progress; answer with the change (None: refused).
+#[derive(Debug)]
+pub(crate) struct RaceOrder {
+    /// The task to start.
+    task: String,
+    /// The asking session's start (its race's hold takes the answer's change too).
+    first: ChangeHash,
+    /// The answer.
+    reply: oneshot::Sender<Option<ChangeHash>>,
+}
+
+/// The tasks of a race that the hub has not acknowledged every start of: no session's
+/// behaviour touches them meanwhile, so that the race is the hub's to decide.
+#[derive(Debug)]
+pub(crate) struct RaceHold {
+    /// The list (index).
+    list: usize,
+    /// The raced tasks.
+    tasks: [String; 2],
+    /// Starts not acknowledged yet; the hold ends when none is left.
+    unacked: BTreeSet<ChangeHash>,
+}
+
+/// The tasks of `list` held for races (see [`RaceHold`]).
+fn held(shared: &Shared, list: usize) -> Vec<String> {
+    shared
+        .holds
+        .lock()
+        .map(|h| {
+            h.iter()
+                .filter(|r| r.list == list)
+                .flat_map(|r| r.tasks.iter().cloned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 /// What the controller tells a session; it reacts when the value changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +115,10 @@ pub(crate) struct Spec {
     pub(crate) index: usize,
     /// The agent id.
     pub(crate) name: String,
+    /// Which of the agent's sessions this is (0 for an agent of one session).
+    pub(crate) session: usize,
+    /// The agent's token (`?token=`).
+    pub(crate) token: String,
     /// The agent's role.
     pub(crate) role: RoleSpec,
     /// The list (index) and its document.
@@ -84,6 +130,8 @@ pub(crate) struct Spec {
     pub(crate) mix: Mix,
     /// The list's workers.
     pub(crate) workers: Vec<String>,
+    /// The agent's other sessions on this list (indexes): whom a race may pick.
+    pub(crate) siblings: Vec<usize>,
     /// The actor of the rogue's raw writes.
     pub(crate) raw_actor: ActorId,
 }
@@ -152,10 +200,11 @@ impl Session {
 
     fn peer_id(&mut self) -> String {
         self.connections += 1;
-        format!(
-            "{}-l{}-c{}",
-            self.spec.name, self.spec.list, self.connections
-        )
+        let name = match self.spec.session {
+            0 => self.spec.name.clone(),
+            s => format!("{}-s{s}", self.spec.name),
+        };
+        format!("{name}-l{}-c{}", self.spec.list, self.connections)
     }
 
     fn publish(&self, shared: &Shared, connected: bool) {
@@ -195,6 +244,9 @@ impl Session {
             if ctl.stop || control.has_changed().is_err() {
                 break;
             }
+            if self.answer_race(&shared) {
+                self.publish(&shared, conn.is_some());
+            }
             if ctl.cuts != cuts_seen {
                 cuts_seen = ctl.cuts;
                 if conn.take().is_some() {
@@ -213,14 +265,14 @@ impl Session {
             }
             cancelled = false;
             if acts && shared.storm.load(Ordering::Relaxed) && Instant::now() >= next_act {
-                let url = shared.url();
-                self.act(&shared, &url).await;
+                let url = authed(&shared.url(), &self.spec.token);
+                self.act(&shared, &url, conn.is_some()).await;
                 let gap = behave::interval_ms(&mut self.rng, self.spec.rate_per_s);
                 next_act = Instant::now() + Duration::from_millis(gap);
                 self.publish(&shared, conn.is_some());
             }
             if conn.is_none() && ctl.online && Instant::now() >= retry_at {
-                let url = shared.url();
+                let url = authed(&shared.url(), &self.spec.token);
                 let peer = self.peer_id();
                 let connected = tokio::select! {
                     c = Connection::connect(&url, &peer) => Some(c),
@@ -286,6 +338,12 @@ impl Session {
                 }
             }
         }
+        // A race asked of this session now goes unanswered: its sender learns at once.
+        if let Ok(mut orders) = shared.orders.lock() {
+            if let Some(slot) = orders.get_mut(self.spec.index) {
+                *slot = None;
+            }
+        }
         self.publish(&shared, false);
         self
     }
@@ -311,11 +369,20 @@ impl Session {
             self.seen.push_back(self.replica.version());
         }
         self.ready = in_sync && self.replica.pending_changes() == 0;
-        if self.ready {
+        if self.ready && !self.unacked.is_empty() {
             let now = Instant::now();
+            let mut holds = shared.holds.lock().ok();
             for (h, t) in self.unacked.drain(..) {
                 self.acked.insert(h);
                 self.ack_latencies_ms.push(ms(now - t));
+                if let Some(holds) = holds.as_mut() {
+                    for r in holds.iter_mut() {
+                        r.unacked.remove(&h);
+                    }
+                }
+            }
+            if let Some(holds) = holds.as_mut() {
+                holds.retain(|r| !r.unacked.is_empty());
             }
         }
         if let Ok(mut t) = shared.tracker.lock() {
@@ -323,12 +390,15 @@ impl Session {
         }
     }
 
-    async fn act(&mut self, shared: &Shared, url: &str) {
+    async fn act(&mut self, shared: &Shared, url: &str, connected: bool) {
         let action = behave::pick_action(&mut self.rng, &self.spec.mix);
         self.stats.ops += 1;
         let done = if action.is_rogue() {
             self.rogue(shared, url, action).await
+        } else if action == Action::RaceStart {
+            self.race(shared, connected).await
         } else {
+            let held = held(shared, self.spec.list);
             let writer = behave::Writer {
                 name: &self.spec.name,
                 lead: self.spec.role == RoleSpec::Lead,
@@ -336,6 +406,8 @@ impl Session {
                 seen: &self.seen,
                 workers: &self.spec.workers,
                 next_task: &mut self.next_task,
+                session: self.spec.session,
+                held: &held,
             };
             match behave::request(&mut self.rng, writer, action) {
                 Some(req) => {
@@ -380,6 +452,135 @@ impl Session {
         if let Ok(mut t) = shared.tracker.lock() {
             t.written(self.spec.list, self.spec.index, hash, now);
         }
+    }
+
+    /// A `race_start`: this session and a sibling of the same agent each start a
+    /// different pending task of the agent, from replicas that agree (every session of
+    /// the agent on the list connected, in sync, at one version) that nothing of the
+    /// agent's is in progress. This session writes its start and, before syncing it,
+    /// has the sibling write the other (`answer_race`): both changes are concurrent,
+    /// and their merge at the hub is a single-active violation to be reported once.
+    /// Claiming the race marks this session out of sync under the status lock, so no
+    /// sibling starts a race of its own until this one has played out.
+    async fn race(&mut self, shared: &Shared, connected: bool) -> bool {
+        if !(connected && self.ready) || self.spec.siblings.is_empty() {
+            return false;
+        }
+        let me = self.spec.name.clone();
+        let held = held(shared, self.spec.list);
+        let Some((mine, theirs)) = behave::race_tasks(&mut self.rng, &me, &self.replica, &held)
+        else {
+            return false;
+        };
+        let sibling = self.spec.siblings[self.rng.index(self.spec.siblings.len())];
+        let heads = self.replica.heads();
+        {
+            let Ok(mut all) = shared.status.lock() else {
+                return false;
+            };
+            let agrees = |s: &Status| s.connected && s.in_sync && s.heads == heads;
+            if !self
+                .spec
+                .siblings
+                .iter()
+                .all(|&s| all.get(s).is_some_and(agrees))
+            {
+                return false;
+            }
+            if let Some(s) = all.get_mut(self.spec.index) {
+                s.in_sync = false;
+            }
+        }
+        let Some(first) = self.write(shared, &behave::start_request(&mine)) else {
+            return false;
+        };
+        // Held from now on (the start is not synced before the sibling has answered).
+        if let Ok(mut holds) = shared.holds.lock() {
+            holds.push(RaceHold {
+                list: self.spec.list,
+                tasks: [mine, theirs.clone()],
+                unacked: [first].into(),
+            });
+        }
+        let (reply, mut answer) = oneshot::channel();
+        match shared.orders.lock() {
+            Ok(mut orders) => match orders.get_mut(sibling) {
+                Some(slot) => {
+                    *slot = Some(RaceOrder {
+                        task: theirs,
+                        first,
+                        reply,
+                    })
+                }
+                None => return true,
+            },
+            Err(_) => return true,
+        }
+        let second = match tokio::time::timeout(RACE_ANSWER_TIMEOUT, &mut answer).await {
+            Ok(Ok(h)) => h,
+            Ok(Err(_)) => None,
+            Err(_) => {
+                // Withdrawn, unless the sibling took the order meanwhile: it writes and
+                // answers under the lock, so then its answer is in.
+                let withdrawn = shared
+                    .orders
+                    .lock()
+                    .ok()
+                    .and_then(|mut o| o.get_mut(sibling).and_then(Option::take))
+                    .is_some();
+                if withdrawn {
+                    None
+                } else {
+                    answer.try_recv().ok().flatten()
+                }
+            }
+        };
+        if let Some(second) = second {
+            self.injected.push(Injection {
+                rule: Rule::SingleActive,
+                list: self.spec.list,
+                agent: me,
+                change: first.to_string(),
+                also: vec![second.to_string()],
+                action: Action::RaceStart,
+                at_ms: shared.elapsed_ms(),
+            });
+        }
+        true
+    }
+
+    /// Answers a sibling's race order, if one waits: starts its task when this replica
+    /// agrees that nothing of the agent's is in progress and the task is a pending one
+    /// of the agent's (the model refuses the start otherwise). Taken, written and
+    /// answered under the orders' lock. True when an order was answered.
+    fn answer_race(&mut self, shared: &Shared) -> bool {
+        let Ok(mut orders) = shared.orders.lock() else {
+            return false;
+        };
+        let Some(order) = orders.get_mut(self.spec.index).and_then(Option::take) else {
+            return false;
+        };
+        let snap = self.replica.read();
+        let pending_mine = snap.tasks.iter().any(|t| {
+            t.id == order.task
+                && t.status == TaskStatus::Pending
+                && t.owner.as_deref() == Some(self.spec.name.as_str())
+        });
+        let change = if pending_mine && !order.reply.is_closed() {
+            self.write(shared, &behave::start_request(&order.task))
+        } else {
+            None
+        };
+        if let (Some(c), Ok(mut holds)) = (change, shared.holds.lock()) {
+            for r in holds
+                .iter_mut()
+                .filter(|r| r.unacked.contains(&order.first))
+            {
+                r.unacked.insert(c);
+            }
+        }
+        let _ = order.reply.send(change);
+        true
     }
 
     async fn rogue(&mut self, shared: &Shared, url: &str, action: Action) -> bool {
@@ -437,6 +638,7 @@ impl Session {
             list: self.spec.list,
             agent: me,
             change: change.to_string(),
+            also: Vec::new(),
             action,
             at_ms: shared.elapsed_ms(),
         });
