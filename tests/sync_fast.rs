@@ -352,3 +352,35 @@ fn a_fresh_peer_in_step_with_a_long_list_is_answered_from_the_window() {
     assert!(after.fast > before.fast);
     w.settle();
 }
+
+/// Concurrent writers: every peer writes before hearing of the others, so their heads,
+/// and what they share with the hub, are sets of changes the hub never had as its own
+/// heads. The window still answers (a bounded walk back from those changes), equal to
+/// stock at every step; a stock step per message would cost the history each time.
+#[test]
+fn concurrent_writers_are_answered_from_the_window() {
+    let mut w = World::new(3);
+    for t in 0..30 {
+        w.run(Step::HubWrites(t % 6));
+    }
+    w.settle();
+    let before = w.hub.sync_counters();
+    for i in 0..100u64 {
+        for p in 0..3 {
+            w.run(Step::PeerWrites(p, ((i + p as u64) % 6) as u8));
+        }
+        for p in 0..3 {
+            w.run(Step::PeerSends(p));
+        }
+        for p in [2, 0, 1] {
+            w.run(Step::HubReceives(p, false));
+            w.run(Step::HubSends(p));
+        }
+        w.settle();
+    }
+    let c = w.hub.sync_counters();
+    let (fast, stock) = (c.fast - before.fast, c.stock - before.stock);
+    eprintln!("concurrent writers: {fast} fast, {stock} stock");
+    assert!(fast > 1_000, "fast path taken {fast} times");
+    assert_eq!(stock, 0, "concurrent writers never need the history");
+}

@@ -454,8 +454,22 @@ async fn hub_task(
         if let Input::Disconnected(id) = &input {
             outboxes.remove(id);
         }
+        let started = std::time::Instant::now();
         let fx = core.handle(now_ms(), input);
-        if let Err(e) = perform(&mut core, &store, &mut known, &mut outboxes, fx).await {
+        let handled = started.elapsed();
+        let commits = fx.commits.len();
+        let sends = fx.sends.len();
+        let performed = perform(&mut core, &store, &mut known, &mut outboxes, fx).await;
+        if commits > 0 {
+            tracing::debug!(
+                handle_us = handled.as_micros() as u64,
+                perform_us = (started.elapsed() - handled).as_micros() as u64,
+                commits,
+                sends,
+                "merge relayed"
+            );
+        }
+        if let Err(e) = performed {
             for (_, outbox) in std::mem::take(&mut outboxes) {
                 outbox.close(Close {
                     code: 1011,

@@ -179,14 +179,46 @@ impl Recent {
     }
 
     /// The changes that are not ancestors of `heads`, in the order applied — the stock
-    /// `get_hashes(heads)` — when `heads` were this replica's heads within the window.
-    fn since(&self, heads: &[ChangeHash]) -> Option<impl Iterator<Item = &Entry> + '_> {
+    /// `get_hashes(heads)` — when the window can tell: `heads` were this replica's heads
+    /// within the window (a suffix of it), or they are changes of the window (or the
+    /// heads it starts from) whose ancestors include everything before the window. The
+    /// second case is what concurrent writers bring: a peer's heads, or what it shares
+    /// with us, are often a set of changes this replica never had as its heads. The walk
+    /// back from them never leaves the window.
+    fn since(&self, heads: &[ChangeHash]) -> Option<Vec<&Entry>> {
         let mut key = heads.to_vec();
         key.sort_unstable();
         key.dedup();
-        let at = *self.by_heads.get(&key)?;
-        let skip = usize::try_from(at.checked_sub(self.offset)?).ok()?;
-        Some(self.entries.iter().skip(skip))
+        if let Some(&at) = self.by_heads.get(&key) {
+            let skip = usize::try_from(at.checked_sub(self.offset)?).ok()?;
+            return Some(self.entries.iter().skip(skip).collect());
+        }
+        if key
+            .iter()
+            .any(|h| !self.by_hash.contains_key(h) && !self.base_heads.contains(h))
+        {
+            return None;
+        }
+        let mut reached: HashSet<ChangeHash> = HashSet::new();
+        let mut stack = key;
+        while let Some(h) = stack.pop() {
+            if !reached.insert(h) {
+                continue;
+            }
+            if let Some(e) = self.entry(&h) {
+                stack.extend(e.change.deps().iter().copied());
+            }
+        }
+        // Every change before the window is an ancestor of the heads it starts from.
+        if !self.base_heads.iter().all(|b| reached.contains(b)) {
+            return None;
+        }
+        Some(
+            self.entries
+                .iter()
+                .filter(|e| !reached.contains(&e.change.hash()))
+                .collect(),
+        )
     }
 
     fn entry(&self, h: &ChangeHash) -> Option<&Entry> {
@@ -385,6 +417,7 @@ pub(crate) fn generate(
         let bloom = BloomFilter::from_hashes(
             recent
                 .since(&state.shared_heads)?
+                .into_iter()
                 .map(|e| e.change.hash())
                 .collect::<Vec<_>>()
                 .into_iter(),
@@ -511,8 +544,8 @@ fn hashes_to_send(
         _ => None,
     };
     let since: Vec<&Entry> = match after_their_heads {
-        Some(after) => after.collect(),
-        None => recent.since(&last_sync)?.collect(),
+        Some(after) => after,
+        None => recent.since(&last_sync)?,
     };
     let in_since: HashSet<ChangeHash> = since.iter().map(|e| e.change.hash()).collect();
     let mut dependents: HashMap<ChangeHash, Vec<ChangeHash>> = HashMap::new();
