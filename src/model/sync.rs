@@ -199,23 +199,45 @@ impl Recent {
         {
             return None;
         }
-        let mut reached: HashSet<ChangeHash> = HashSet::new();
-        let mut stack = key;
-        while let Some(h) = stack.pop() {
-            if !reached.insert(h) {
-                continue;
+        // Walk the window backwards from the newest of `heads`, collecting their
+        // ancestors, until the heads right before some entry are all ancestors: every
+        // change before that entry is then one too. A peer a few changes behind costs a
+        // few steps, not the window.
+        let top = key
+            .iter()
+            .filter_map(|h| self.by_hash.get(h))
+            .max()
+            .map(|&pos| usize::try_from(pos - self.offset).unwrap_or(usize::MAX));
+        let mut reached: HashSet<ChangeHash> = key.iter().copied().collect();
+        let mut cut = None;
+        match top {
+            None => {
+                if self.base_heads.iter().all(|b| reached.contains(b)) {
+                    cut = Some(0);
+                }
             }
-            if let Some(e) = self.entry(&h) {
-                stack.extend(e.change.deps().iter().copied());
+            Some(top) => {
+                for idx in (0..=top.min(self.entries.len().saturating_sub(1))).rev() {
+                    let e = &self.entries[idx];
+                    if reached.contains(&e.change.hash()) {
+                        reached.extend(e.change.deps().iter().copied());
+                    }
+                    let before = match idx {
+                        0 => &self.base_heads,
+                        _ => &self.entries[idx - 1].heads_after,
+                    };
+                    if before.iter().all(|h| reached.contains(h)) {
+                        cut = Some(idx);
+                        break;
+                    }
+                }
             }
         }
-        // Every change before the window is an ancestor of the heads it starts from.
-        if !self.base_heads.iter().all(|b| reached.contains(b)) {
-            return None;
-        }
+        let cut = cut?;
         Some(
             self.entries
                 .iter()
+                .skip(cut)
                 .filter(|e| !reached.contains(&e.change.hash()))
                 .collect(),
         )
