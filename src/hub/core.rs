@@ -233,6 +233,18 @@ pub struct HubCore {
     config: HubConfig,
     conns: BTreeMap<ConnId, Conn>,
     docs: BTreeMap<DocumentId, DocState>,
+    /// Lists whose peers are owed a sync message once the inputs at hand are handled.
+    owed: BTreeMap<DocumentId, Owed>,
+}
+
+/// Who is owed a sync message about one list after a batch of inputs.
+#[derive(Debug, Default)]
+struct Owed {
+    /// The connections that sent sync messages, in order, with the stock sync steps
+    /// their messages cost (charged with their answers' to their work budget).
+    senders: Vec<(ConnId, u64)>,
+    /// The list changed: every peer is owed the news.
+    moved: bool,
 }
 
 impl HubCore {
@@ -242,6 +254,7 @@ impl HubCore {
             config,
             conns: BTreeMap::new(),
             docs: BTreeMap::new(),
+            owed: BTreeMap::new(),
         }
     }
 
@@ -290,7 +303,27 @@ impl HubCore {
 
     /// Handles one input at `now_ms`.
     pub fn handle(&mut self, now_ms: i64, input: Input) -> Effects {
+        self.handle_batch(now_ms, [input])
+    }
+
+    /// Handles inputs that arrived together, then answers: every sync message is merged
+    /// (and committed) first, and each peer of a list gets one message with all of it —
+    /// under load, one fan-out per batch instead of one per write. The senders are
+    /// answered first, in order.
+    pub fn handle_batch(
+        &mut self,
+        now_ms: i64,
+        inputs: impl IntoIterator<Item = Input>,
+    ) -> Effects {
         let mut fx = Effects::default();
+        for input in inputs {
+            self.input(now_ms, input, &mut fx);
+        }
+        self.answer(now_ms, &mut fx);
+        fx
+    }
+
+    fn input(&mut self, now_ms: i64, input: Input, fx: &mut Effects) {
         match input {
             Input::Connected(c) => {
                 self.conns.insert(
@@ -310,9 +343,8 @@ impl HubCore {
                 }
             }
             Input::Disconnected(c) => self.drop_conn(c),
-            Input::Frame(c, bytes) => self.frame(now_ms, c, &bytes, &mut fx),
+            Input::Frame(c, bytes) => self.frame(now_ms, c, &bytes, fx),
         }
-        fx
     }
 
     fn drop_conn(&mut self, c: ConnId) {
@@ -605,63 +637,101 @@ impl HubCore {
             }
         }
         let moved = doc.list.heads() != before;
-        // Answer the sender first, then tell every other peer of this list what is new.
-        let mut targets: Vec<ConnId> = vec![c];
-        if moved {
-            targets.extend(doc.peers.keys().copied().filter(|t| *t != c));
-        }
-        // Peers that were in step get the same message: encode it once.
-        let mut last: Option<(sync::Message, Vec<u8>)> = None;
-        for t in targets {
-            let Some(Conn {
-                state: ConnState::Ready(target_id),
-                ..
-            }) = self.conns.get(&t)
-            else {
+        let steps = doc.list.sync_counters().stock.saturating_sub(stock_before);
+        let owed = self.owed.entry(doc_id).or_default();
+        owed.senders.push((c, steps));
+        owed.moved |= moved;
+    }
+
+    /// Sends what the inputs just handled owe: for each list, the senders first, then
+    /// (if it changed) every other peer. Peers that were in step get the same message:
+    /// it is encoded once.
+    fn answer(&mut self, now_ms: i64, fx: &mut Effects) {
+        let mut over_budget = Vec::new();
+        for (doc_id, owed) in std::mem::take(&mut self.owed) {
+            let Some(doc) = self.docs.get_mut(&doc_id) else {
                 continue;
             };
-            let Some(state) = doc.peers.get_mut(&t) else {
-                continue;
-            };
-            let target_id = target_id.clone();
-            let m = doc.list.generate_sync_message(state);
-            let limits = self.config.sync_work;
-            if t == c && !Self::charge(&mut self.conns, doc, c, now_ms, stock_before, limits) {
-                return self.over_budget(c, doc_id, fx);
-            }
-            let Some(m) = m else {
-                continue;
-            };
-            let data = match &last {
-                Some((lm, bytes)) if *lm == m => bytes.clone(),
-                _ => {
-                    let bytes = m.clone().encode();
-                    last = Some((m, bytes.clone()));
-                    bytes
+            let mut targets: Vec<ConnId> = Vec::new();
+            for (c, _) in &owed.senders {
+                if !targets.contains(c) {
+                    targets.push(*c);
                 }
-            };
-            let out = WireMessage::Sync {
-                document_id: doc_id,
-                sender_id: self.config.peer_id.clone(),
-                target_id,
-                data,
-            };
-            fx.sends.push((t, wire::encode(&out)));
+            }
+            if owed.moved {
+                let others: Vec<ConnId> = doc
+                    .peers
+                    .keys()
+                    .copied()
+                    .filter(|t| !targets.contains(t))
+                    .collect();
+                targets.extend(others);
+            }
+            let mut last: Option<(sync::Message, Vec<u8>)> = None;
+            for t in targets {
+                let Some(Conn {
+                    state: ConnState::Ready(target_id),
+                    ..
+                }) = self.conns.get(&t)
+                else {
+                    continue;
+                };
+                let Some(state) = doc.peers.get_mut(&t) else {
+                    continue;
+                };
+                let target_id = target_id.clone();
+                let stock_before = doc.list.sync_counters().stock;
+                let m = doc.list.generate_sync_message(state);
+                let sent: u64 = owed
+                    .senders
+                    .iter()
+                    .filter(|(c, _)| *c == t)
+                    .map(|(_, steps)| steps)
+                    .sum();
+                if owed.senders.iter().any(|(c, _)| *c == t) {
+                    let steps = sent + doc.list.sync_counters().stock.saturating_sub(stock_before);
+                    let limits = self.config.sync_work;
+                    if !Self::charge(&mut self.conns, doc, t, now_ms, steps, limits) {
+                        over_budget.push((t, doc_id));
+                        continue;
+                    }
+                }
+                let Some(m) = m else {
+                    continue;
+                };
+                let data = match &last {
+                    Some((lm, bytes)) if *lm == m => bytes.clone(),
+                    _ => {
+                        let bytes = m.clone().encode();
+                        last = Some((m, bytes.clone()));
+                        bytes
+                    }
+                };
+                let out = WireMessage::Sync {
+                    document_id: doc_id,
+                    sender_id: self.config.peer_id.clone(),
+                    target_id,
+                    data,
+                };
+                fx.sends.push((t, wire::encode(&out)));
+            }
+        }
+        for (c, doc_id) in over_budget {
+            self.over_budget(c, doc_id, fx);
         }
     }
 
-    /// Charges connection `c` for the history work its message caused (stock sync
-    /// steps since `stock_before`, each costing the list's size). False when its
-    /// budget is exhausted.
+    /// Charges connection `c` for the history work its message and our answer caused
+    /// (`steps` stock sync steps, each costing the list's size). False when its budget
+    /// is exhausted.
     fn charge(
         conns: &mut BTreeMap<ConnId, Conn>,
         doc: &DocState,
         c: ConnId,
         now_ms: i64,
-        stock_before: u64,
+        steps: u64,
         limits: (i64, i64),
     ) -> bool {
-        let steps = doc.list.sync_counters().stock.saturating_sub(stock_before);
         if steps == 0 {
             return true;
         }

@@ -31,24 +31,30 @@ fn kind(body: &crate::proto::EventBody) -> &'static str {
     }
 }
 
-/// Makes one commit durable. A list the store does not know yet (created by a peer's
-/// first sync) is registered under its document id as its name. Returns the events'
-/// sequence numbers.
-pub(crate) async fn commit(
+/// Makes several commits durable in one transaction (one write to disk). Returns
+/// each commit's events' sequence numbers, in order.
+pub(crate) async fn commit_all(
     store: &Store,
     known: &mut BTreeSet<DocumentId>,
-    commit: &Commit,
+    commits: &[Commit],
     now_ms: i64,
-) -> Result<Vec<u64>, StoreError> {
-    let doc = doc_id(&commit.doc);
-    if !known.contains(&commit.doc) {
-        store
-            .create_or_get_list(commit.doc.to_string(), doc)
-            .await?;
-        known.insert(commit.doc);
+) -> Result<Vec<Vec<u64>>, StoreError> {
+    let mut merges = Vec::with_capacity(commits.len());
+    for commit in commits {
+        if !known.contains(&commit.doc) {
+            store
+                .create_or_get_list(commit.doc.to_string(), doc_id(&commit.doc))
+                .await?;
+            known.insert(commit.doc);
+        }
+        merges.push((doc_id(&commit.doc), batch(commit, now_ms)?));
     }
-    let batch = batch(commit, now_ms)?;
-    Ok(store.commit_merge(doc, batch).await?.seqs)
+    Ok(store
+        .commit_merges(merges)
+        .await?
+        .into_iter()
+        .map(|c| c.seqs)
+        .collect())
 }
 
 /// The store's batch for one commit: its changes, its events stamped `now_ms`, its keys.

@@ -34,6 +34,9 @@ pub const OUTBOX_BYTES_MAX: usize = 2 * 1024 * 1024;
 pub const HUB_QUEUE_MAX: usize = 4_096;
 /// Largest WebSocket frame accepted.
 pub const FRAME_BYTES_MAX: usize = 1024 * 1024;
+/// Most frames the hub merges before it answers (frames already queued when it turns
+/// to the queue; it never waits for more).
+pub const BATCH_FRAMES_MAX: usize = 256;
 /// WebSocket read buffer per connection (tungstenite grows it on demand up to a message).
 pub const READ_BUFFER_BYTES: usize = 4 * 1024;
 /// WebSocket write buffer per connection before a flush.
@@ -431,7 +434,16 @@ async fn hub_task(
     mut rx: mpsc::Receiver<ToHub>,
 ) -> Result<(), ServeError> {
     let mut outboxes: BTreeMap<ConnId, Outbox> = BTreeMap::new();
-    while let Some(msg) = rx.recv().await {
+    // A message taken from the queue while gathering a batch, handled next.
+    let mut stashed: Option<ToHub> = None;
+    loop {
+        let msg = match stashed.take() {
+            Some(m) => m,
+            None => match rx.recv().await {
+                Some(m) => m,
+                None => break,
+            },
+        };
         let input = match msg {
             ToHub::Open(id, outbox, who) => {
                 outboxes.insert(id, outbox);
@@ -455,7 +467,25 @@ async fn hub_task(
             outboxes.remove(id);
         }
         let started = std::time::Instant::now();
-        let fx = core.handle(now_ms(), input);
+        let fx = match input {
+            // Frames already waiting are handled together: one answer per list and peer
+            // for all of them (under load, one fan-out per batch, not per write).
+            Input::Frame(..) => {
+                let mut batch = vec![input];
+                while batch.len() < BATCH_FRAMES_MAX {
+                    match rx.try_recv() {
+                        Ok(ToHub::Input(frame @ Input::Frame(..))) => batch.push(frame),
+                        Ok(other) => {
+                            stashed = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                core.handle_batch(now_ms(), batch)
+            }
+            other => core.handle(now_ms(), other),
+        };
         let handled = started.elapsed();
         let commits = fx.commits.len();
         let sends = fx.sends.len();
@@ -499,18 +529,21 @@ async fn perform(
 ) -> Result<(), ServeError> {
     // Durable first: nothing is relayed before it is on disk. A commit that fails stops
     // the hub: what is not durable must not be relayed or acknowledged.
+    // All the merges of a batch go to disk in one transaction.
     let mut events = Vec::new();
-    for commit in fx.commits {
+    if !fx.commits.is_empty() {
         let at_ms = now_ms();
-        let seqs = super::persist::commit(store, known, &commit, at_ms)
+        let seqs = super::persist::commit_all(store, known, &fx.commits, at_ms)
             .await
             .map_err(|e| ServeError::Store(e.to_string()))?;
-        events.extend(super::core::event_frames(
-            core.peer_id(),
-            &commit,
-            &seqs,
-            at_ms,
-        ));
+        for (commit, seqs) in fx.commits.iter().zip(seqs) {
+            events.extend(super::core::event_frames(
+                core.peer_id(),
+                commit,
+                &seqs,
+                at_ms,
+            ));
+        }
     }
     for doc in fx.reloads {
         super::persist::reload(store, core, doc)

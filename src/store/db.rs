@@ -146,63 +146,24 @@ impl Db {
     pub fn commit_merge(&mut self, doc: DocId, batch: &Batch) -> Result<Commit, StoreError> {
         batch.check()?;
         let tx = self.write()?;
-        let list = list_id(&tx, doc)?;
-        let mut added = 0usize;
-        let mut added_bytes = 0usize;
-        if !batch.changes.is_empty() {
-            let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO changes (list_id, hash, deps, bytes) \
-                 VALUES (?1, ?2, ?3, ?4)",
-            )?;
-            for c in &batch.changes {
-                let n = insert.execute(params![
-                    list,
-                    c.hash().0,
-                    encode_hashes(c.deps()),
-                    c.bytes()
-                ])?;
-                if n > 0 {
-                    added += 1;
-                    added_bytes += c.bytes().len();
-                }
-            }
-            tx.prepare_cached(
-                "UPDATE lists SET changes = changes + ?2, change_bytes = change_bytes + ?3 \
-                 WHERE id = ?1",
-            )?
-            .execute(params![list, int(added), int(added_bytes)])?;
-        }
-        let mut seqs = Vec::with_capacity(batch.events.len());
-        if !batch.events.is_empty() {
-            let last: i64 = tx
-                .prepare_cached("SELECT last_seq FROM lists WHERE id = ?1")?
-                .query_row([list], |r| r.get(0))?;
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO events (list_id, seq, kind, json) VALUES (?1, ?2, ?3, ?4)",
-            )?;
-            let mut seq = last;
-            for e in &batch.events {
-                seq += 1;
-                insert.execute(params![list, seq, e.kind(), e.json()])?;
-                seqs.push(unsigned(seq, 0)?);
-            }
-            tx.prepare_cached("UPDATE lists SET last_seq = ?2 WHERE id = ?1")?
-                .execute(params![list, seq])?;
-        }
-        if !batch.reported.is_empty() {
-            let mut insert =
-                tx.prepare_cached("INSERT OR IGNORE INTO reported (list_id, key) VALUES (?1, ?2)")?;
-            for k in &batch.reported {
-                insert.execute(params![list, k])?;
-            }
-        }
-        let info = list_info(&tx, "l.id = ?1", &list)?.ok_or(StoreError::UnknownList(doc))?;
+        let commit = merge_in(&tx, doc, batch)?;
         tx.commit()?;
-        Ok(Commit {
-            seqs,
-            changes_added: added,
-            list: info,
-        })
+        Ok(commit)
+    }
+
+    /// [`Db::commit_merge`] for several merges in one transaction (one write to disk
+    /// for all of them): all are durable, or none.
+    pub fn commit_merges(&mut self, merges: &[(DocId, Batch)]) -> Result<Vec<Commit>, StoreError> {
+        for (_, batch) in merges {
+            batch.check()?;
+        }
+        let tx = self.write()?;
+        let commits = merges
+            .iter()
+            .map(|(doc, batch)| merge_in(&tx, *doc, batch))
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.commit()?;
+        Ok(commits)
     }
 
     /// Replaces the list's snapshot with `snapshot` (an `Automerge::save()` whose heads
@@ -400,6 +361,66 @@ fn list_id(conn: &Connection, doc: DocId) -> Result<i64, StoreError> {
         .query_row([doc.as_bytes()], |r| r.get(0))
         .optional()?
         .ok_or(StoreError::UnknownList(doc))
+}
+
+/// One merge's rows inside the caller's transaction.
+fn merge_in(tx: &Transaction<'_>, doc: DocId, batch: &Batch) -> Result<Commit, StoreError> {
+    let list = list_id(tx, doc)?;
+    let mut added = 0usize;
+    let mut added_bytes = 0usize;
+    if !batch.changes.is_empty() {
+        let mut insert = tx.prepare_cached(
+            "INSERT OR IGNORE INTO changes (list_id, hash, deps, bytes) \
+             VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for c in &batch.changes {
+            let n = insert.execute(params![
+                list,
+                c.hash().0,
+                encode_hashes(c.deps()),
+                c.bytes()
+            ])?;
+            if n > 0 {
+                added += 1;
+                added_bytes += c.bytes().len();
+            }
+        }
+        tx.prepare_cached(
+            "UPDATE lists SET changes = changes + ?2, change_bytes = change_bytes + ?3 \
+             WHERE id = ?1",
+        )?
+        .execute(params![list, int(added), int(added_bytes)])?;
+    }
+    let mut seqs = Vec::with_capacity(batch.events.len());
+    if !batch.events.is_empty() {
+        let last: i64 = tx
+            .prepare_cached("SELECT last_seq FROM lists WHERE id = ?1")?
+            .query_row([list], |r| r.get(0))?;
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO events (list_id, seq, kind, json) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        let mut seq = last;
+        for e in &batch.events {
+            seq += 1;
+            insert.execute(params![list, seq, e.kind(), e.json()])?;
+            seqs.push(unsigned(seq, 0)?);
+        }
+        tx.prepare_cached("UPDATE lists SET last_seq = ?2 WHERE id = ?1")?
+            .execute(params![list, seq])?;
+    }
+    if !batch.reported.is_empty() {
+        let mut insert =
+            tx.prepare_cached("INSERT OR IGNORE INTO reported (list_id, key) VALUES (?1, ?2)")?;
+        for k in &batch.reported {
+            insert.execute(params![list, k])?;
+        }
+    }
+    let info = list_info(tx, "l.id = ?1", &list)?.ok_or(StoreError::UnknownList(doc))?;
+    Ok(Commit {
+        seqs,
+        changes_added: added,
+        list: info,
+    })
 }
 
 /// The list matching `condition` (on `lists l`, one parameter `?1`).

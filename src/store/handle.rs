@@ -151,6 +151,17 @@ impl Store {
         self.call(move |db| db.commit_merge(doc, &batch)).await
     }
 
+    /// [`Db::commit_merges`].
+    pub async fn commit_merges(
+        &self,
+        merges: Vec<(DocId, Batch)>,
+    ) -> Result<Vec<Commit>, StoreError> {
+        for (_, batch) in &merges {
+            batch.check()?;
+        }
+        self.call(move |db| db.commit_merges(&merges)).await
+    }
+
     /// [`Db::compact`].
     pub async fn compact(
         &self,
