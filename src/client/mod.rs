@@ -208,7 +208,7 @@ impl Connection {
                 WireMessage::Ephemeral {
                     session_id, data, ..
                 } => {
-                    if let Some(e) = crate::hub::core::event_of(&session_id, &data) {
+                    for e in crate::hub::core::events_of(&session_id, &data) {
                         if self.events.len() >= EVENTS_BUFFERED_MAX {
                             self.events.pop_front();
                         }
@@ -382,7 +382,7 @@ impl Connection {
                         }
                     }
                     WireMessage::Ephemeral { session_id, data, .. } => {
-                        if let Some(e) = crate::hub::core::event_of(&session_id, &data) {
+                        for e in crate::hub::core::events_of(&session_id, &data) {
                             event(e);
                         }
                     }

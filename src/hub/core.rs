@@ -92,7 +92,8 @@ pub enum Input {
 }
 
 /// The `session_id` of the `ephemeral` messages that carry the hub's events (the data
-/// is a CBOR text string holding one [`Event`](crate::proto::Event) as JSON).
+/// is a CBOR text string holding one [`Event`](crate::proto::Event) as JSON, or a JSON
+/// array of them).
 pub const EVENTS_SESSION: &str = "swarmtodo-events";
 
 /// What one merge makes durable: the new changes (including the repair), the events,
@@ -847,50 +848,74 @@ impl HubCore {
     }
 }
 
-/// The `ephemeral` frames that push a commit's events (numbered by the store) to the
-/// list's peers.
+/// The frames that push the events of durable commits (`seqs[i]` are `commits[i]`'s
+/// events' sequence numbers in the store) to the peers each commit names: one
+/// `ephemeral` frame per peer and list for all of them (session [`EVENTS_SESSION`],
+/// `count` = the last seq), its data the CBOR text of the event's JSON — or of a JSON
+/// array of events when there are several. Under load a batch of merges costs each
+/// peer one frame, not one per write.
 pub fn event_frames(
     hub: &PeerId,
-    commit: &Commit,
-    seqs: &[u64],
+    commits: &[(&Commit, &[u64])],
     at_ms: i64,
 ) -> Vec<(ConnId, Vec<u8>)> {
+    // (list, peer) → its events, in order.
+    let mut per_peer: BTreeMap<(DocumentId, ConnId), (PeerId, Vec<crate::proto::Event>)> =
+        BTreeMap::new();
+    for (commit, seqs) in commits {
+        for (body, &seq) in commit.events.iter().zip(seqs.iter()) {
+            let event = crate::proto::Event {
+                seq,
+                list: commit.doc.to_string(),
+                at_ms,
+                body: body.clone(),
+            };
+            for (conn, peer) in &commit.notify {
+                per_peer
+                    .entry((commit.doc, *conn))
+                    .or_insert_with(|| (peer.clone(), Vec::new()))
+                    .1
+                    .push(event.clone());
+            }
+        }
+    }
     let mut frames = Vec::new();
-    for (body, &seq) in commit.events.iter().zip(seqs) {
-        let event = crate::proto::Event {
-            seq,
-            list: commit.doc.to_string(),
-            at_ms,
-            body: body.clone(),
+    for ((doc, conn), (peer, events)) in per_peer {
+        let json = match events.as_slice() {
+            [one] => serde_json::to_string(one),
+            many => serde_json::to_string(many),
         };
-        let Ok(json) = serde_json::to_string(&event) else {
+        let Ok(json) = json else {
             continue;
         };
         let Ok(data) = minicbor::to_vec(json.as_str()) else {
             continue;
         };
-        for (conn, peer) in &commit.notify {
-            let m = WireMessage::Ephemeral {
-                sender_id: hub.clone(),
-                target_id: peer.clone(),
-                document_id: commit.doc,
-                count: seq,
-                session_id: EVENTS_SESSION.to_owned(),
-                data: data.clone(),
-            };
-            frames.push((*conn, wire::encode(&m)));
-        }
+        let m = WireMessage::Ephemeral {
+            sender_id: hub.clone(),
+            target_id: peer,
+            document_id: doc,
+            count: events.last().map_or(0, |e| e.seq),
+            session_id: EVENTS_SESSION.to_owned(),
+            data,
+        };
+        frames.push((conn, wire::encode(&m)));
     }
     frames
 }
 
-/// The event an `ephemeral` message from the hub carries, if it is one.
-pub fn event_of(session_id: &str, data: &[u8]) -> Option<crate::proto::Event> {
+/// The events an `ephemeral` message from the hub carries (none if it is not one).
+pub fn events_of(session_id: &str, data: &[u8]) -> Vec<crate::proto::Event> {
     if session_id != EVENTS_SESSION {
-        return None;
+        return Vec::new();
     }
-    let json: &str = minicbor::decode(data).ok()?;
-    serde_json::from_str(json).ok()
+    let Ok(json) = minicbor::decode::<&str>(data) else {
+        return Vec::new();
+    };
+    if let Ok(one) = serde_json::from_str::<crate::proto::Event>(json) {
+        return vec![one];
+    }
+    serde_json::from_str(json).unwrap_or_default()
 }
 
 /// The `tasks_changed` event of one merge.

@@ -536,14 +536,12 @@ async fn perform(
         let seqs = super::persist::commit_all(store, known, &fx.commits, at_ms)
             .await
             .map_err(|e| ServeError::Store(e.to_string()))?;
-        for (commit, seqs) in fx.commits.iter().zip(seqs) {
-            events.extend(super::core::event_frames(
-                core.peer_id(),
-                commit,
-                &seqs,
-                at_ms,
-            ));
-        }
+        let done: Vec<(&super::core::Commit, &[u64])> = fx
+            .commits
+            .iter()
+            .zip(seqs.iter().map(Vec::as_slice))
+            .collect();
+        events = super::core::event_frames(core.peer_id(), &done, at_ms);
     }
     for doc in fx.reloads {
         super::persist::reload(store, core, doc)
