@@ -202,6 +202,9 @@ pub(crate) struct Sustained {
     pub(crate) accepted_per_s: f64,
     pub(crate) ack: Dist,
     pub(crate) server_cpu_share: f64,
+    /// The generator's CPU over the phase (1.0 = its core was busy all along: then the
+    /// figures are the generator's limit, not the server's).
+    pub(crate) generator_cpu_share: f64,
     pub(crate) wire_bytes_per_write: f64,
 }
 
@@ -507,11 +510,12 @@ async fn measure(
     if let Some(rate) = rate {
         let s = sustained(o, n, rate, &server, &mut swarm, &mut acked).await;
         eprintln!(
-            "   sustained: offered {:.0}/s, accepted {:.0}/s, ack p99 {:.1} ms, server CPU {:.0} %",
+            "   sustained: offered {:.0}/s, accepted {:.0}/s, ack p99 {:.1} ms, server CPU {:.0} %, generator CPU {:.0} %",
             s.offered_per_s,
             s.accepted_per_s,
             s.ack.p99,
-            s.server_cpu_share * 100.0
+            s.server_cpu_share * 100.0,
+            s.generator_cpu_share * 100.0
         );
         run.sustained = Some(s);
     }
@@ -639,6 +643,7 @@ async fn sustained(
     acked: &mut Vec<ChangeHash>,
 ) -> Sustained {
     let u0 = server.usage();
+    let g0 = servers::Usage::of(std::process::id());
     let wire0 = swarm.wire.total();
     let start = Instant::now();
     let end = start + o.duration;
@@ -675,6 +680,7 @@ async fn sustained(
         }
     }
     let u1 = server.usage();
+    let g1 = servers::Usage::of(std::process::id());
     let wire1 = swarm.wire.total();
     let span = last_ack
         .duration_since(start)
@@ -693,6 +699,7 @@ async fn sustained(
         accepted_per_s: lat.len() as f64 / span,
         ack: Dist::of(&lat),
         server_cpu_share: u1.cpu.saturating_sub(u0.cpu).as_secs_f64() / wall,
+        generator_cpu_share: g1.cpu.saturating_sub(g0.cpu).as_secs_f64() / wall,
         wire_bytes_per_write: ((wire1.0 - wire0.0) + (wire1.1 - wire0.1)) as f64
             / issued.max(1) as f64,
     }

@@ -160,14 +160,14 @@ fn sustained_table(r: &Results) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| server | agents | history | offered writes/s | accepted writes/s | write → ack p50 / p99 (ms) | server CPU | wire per write |"
+        "| server | agents | history | offered writes/s | accepted writes/s | write → ack p50 / p99 (ms) | server CPU | generator CPU | wire per write |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for x in &r.runs {
         if let Some(b) = &x.sustained {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {:.0} | {:.0} | {} / {} | {:.0} % | {} |",
+                "| {} | {} | {} | {:.0} | {:.0} | {} / {} | {:.0} % | {:.0} % | {} |",
                 x.server,
                 x.agents,
                 x.history,
@@ -176,6 +176,7 @@ fn sustained_table(r: &Results) -> String {
                 f(b.ack.p50),
                 f(b.ack.p99),
                 b.server_cpu_share * 100.0,
+                b.generator_cpu_share * 100.0,
                 kib(b.wire_bytes_per_write)
             );
         }
