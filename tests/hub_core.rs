@@ -215,3 +215,43 @@ fn peers_in_step_never_walk_the_history_and_a_write_is_encoded_once() {
         assert_eq!(l.heads(), heads);
     }
 }
+
+/// A write of many long tasks makes `tasks_changed` events the store can keep: the task
+/// changes are split over several events, each well under `EVENT_BYTES_MAX` (a commit
+/// the store refuses would stop the hub). Found by the side-by-side bench: a list's
+/// first sync of a 60,000-change history listed every change hash in one event.
+#[test]
+fn a_large_merge_makes_events_the_store_can_keep() {
+    let list = list_with_history(10);
+    let mut hub = Hub::with(&list);
+    let c = hub.join(1, 0);
+    let mut replica = list.fork(actor(2));
+    let mut state = sync::State::new();
+    sync_replica(&mut hub, c, &mut replica, &mut state);
+    // 400 tasks of 4 KiB: about 1.6 MiB of task changes in one write.
+    let long = "x".repeat(swarmtodo::proto::TASK_TEXT_BYTES_MAX);
+    let ops = (0..400)
+        .map(|i| upsert(task(&format!("long-{i}"), &long)))
+        .collect();
+    replica
+        .write(&patch(ops), &WriteContext::new("lead", 0, 99))
+        .unwrap();
+    state.in_flight = false;
+    let m = replica.generate_sync_message(&mut state).unwrap();
+    let fx = hub.sync(c, 0, m.encode());
+    let events: Vec<_> = fx.commits.iter().flat_map(|c| c.events.iter()).collect();
+    let mut tasks = 0;
+    for e in &events {
+        let json = serde_json::to_vec(e).unwrap();
+        assert!(
+            json.len() < swarmtodo::store::EVENT_BYTES_MAX,
+            "an event of {} bytes",
+            json.len()
+        );
+        if let swarmtodo::proto::EventBody::TasksChanged { tasks: t, .. } = e {
+            tasks += t.len();
+        }
+    }
+    assert!(events.len() > 1, "split over several events");
+    assert_eq!(tasks, 400, "every task change is in one of them");
+}

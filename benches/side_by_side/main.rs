@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use automerge::ChangeHash;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use swarmtodo::client::list_document_id;
 use swarmtodo::hub::wire::DocumentId;
 use tokio::sync::mpsc;
@@ -64,6 +64,8 @@ struct Options {
     out: Option<PathBuf>,
     work: PathBuf,
     quick: bool,
+    /// Rewrite BENCHMARKS.md from a run's results.json (the chart needs a run).
+    from_results: Option<PathBuf>,
 }
 
 impl Options {
@@ -81,6 +83,7 @@ impl Options {
             out: Some(root.join("BENCHMARKS.md")),
             work: root.join("target/side-by-side"),
             quick: false,
+            from_results: None,
         };
         let mut args = std::env::args().skip(1);
         let list = |s: String| -> Vec<String> { s.split(',').map(str::to_owned).collect() };
@@ -129,6 +132,7 @@ impl Options {
                 "--sustained-agents" => o.sustained_agents = val()?.parse()?,
                 "--out" => o.out = Some(PathBuf::from(val()?)),
                 "--no-out" => o.out = None,
+                "--from-results" => o.from_results = Some(PathBuf::from(val()?)),
                 other => anyhow::bail!("unknown argument {other:?}"),
             }
         }
@@ -144,7 +148,7 @@ impl Options {
 }
 
 /// Latency percentiles in milliseconds.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Dist {
     pub(crate) count: usize,
     pub(crate) p50: f64,
@@ -175,7 +179,7 @@ impl Dist {
 }
 
 /// One write at a time (phase a).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct OneWrite {
     pub(crate) writes: usize,
     /// Write sent → each other agent has it.
@@ -192,7 +196,7 @@ pub(crate) struct OneWrite {
 }
 
 /// Everyone writing at a set rate (phase b).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Sustained {
     pub(crate) agents: usize,
     pub(crate) offered_per_s: f64,
@@ -209,10 +213,10 @@ pub(crate) struct Sustained {
 }
 
 /// One server, one swarm size, one history.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Run {
-    pub(crate) server: &'static str,
-    pub(crate) key: &'static str,
+    pub(crate) server: String,
+    pub(crate) key: String,
     pub(crate) agents: usize,
     pub(crate) history: usize,
     pub(crate) rss_before_bytes: u64,
@@ -227,10 +231,10 @@ pub(crate) struct Run {
 }
 
 /// Memory per list.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ListMemory {
-    pub(crate) server: &'static str,
-    pub(crate) key: &'static str,
+    pub(crate) server: String,
+    pub(crate) key: String,
     pub(crate) lists: usize,
     pub(crate) history: usize,
     pub(crate) rss_empty_bytes: u64,
@@ -239,7 +243,7 @@ pub(crate) struct ListMemory {
 }
 
 /// Everything one invocation measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Results {
     pub(crate) command: String,
     pub(crate) started: String,
@@ -265,6 +269,15 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(status.code().unwrap_or(1));
     }
     let o = Options::parse()?;
+    if let (Some(from), Some(out)) = (&o.from_results, &o.out) {
+        let results: Results = serde_json::from_slice(&std::fs::read(from)?)?;
+        std::fs::write(
+            out,
+            report::markdown(&results, &out.with_file_name("benchmarks-latency.svg")),
+        )?;
+        eprintln!("wrote {out:?} from {from:?}");
+        return Ok(());
+    }
     std::fs::create_dir_all(&o.work)?;
     if o.servers.contains(&Kind::Js) {
         servers::npm_install()?;
@@ -456,8 +469,8 @@ async fn run_one(o: &Options, kind: Kind, n: usize, seed: &Arc<Seed>, rate: Opti
         seed.changes()
     );
     let mut run = Run {
-        server: kind.name(),
-        key: kind.key(),
+        server: kind.name().to_owned(),
+        key: kind.key().to_owned(),
         agents: n,
         history: seed.changes(),
         rss_before_bytes: 0,
@@ -750,8 +763,8 @@ async fn list_memory(o: &Options, kind: Kind, seed: &Arc<Seed>) -> anyhow::Resul
     let per = (loaded as f64 - empty as f64) / MEMORY_LISTS as f64;
     eprintln!("── {}: {:.2} MiB per list", kind.name(), per / 1048576.0);
     Ok(ListMemory {
-        server: kind.name(),
-        key: kind.key(),
+        server: kind.name().to_owned(),
+        key: kind.key().to_owned(),
         lists: MEMORY_LISTS,
         history: seed.changes(),
         rss_empty_bytes: empty,

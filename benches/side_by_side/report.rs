@@ -3,12 +3,12 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{Results, Run};
 
 /// The machine the run was on.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Machine {
     pub(crate) cpu: String,
     pub(crate) cores: usize,
@@ -42,7 +42,12 @@ impl Machine {
             .unwrap_or(f64::NAN);
         Machine {
             cpu,
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            // The machine's, not this pinned process's.
+            cores: cpuinfo
+                .lines()
+                .filter(|l| l.starts_with("processor"))
+                .count()
+                .max(1),
             memory_gib,
             load_before: load,
             load_after: load,
@@ -101,7 +106,7 @@ fn kib(b: f64) -> String {
 fn find<'a>(r: &'a Results, key: &str, n: usize, history: usize) -> Option<&'a Run> {
     r.runs
         .iter()
-        .find(|x| x.key == key && x.agents == n && x.history == history && x.failures.is_empty())
+        .find(|x| x.key == key && x.agents == n && x.history == history && x.one.writes > 0)
 }
 
 fn ratio(a: f64, b: f64) -> String {
@@ -117,28 +122,25 @@ pub(crate) fn table(r: &Results) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| server | agents | history | write → each agent p50 / p99 (ms) | write → all agents p50 / p99 (ms) | lost | server CPU per write | wire per write | memory per idle connection | acked writes lost |"
+        "| server | agents | history | write → each agent p50 / p99 (ms) | write → all agents p50 / p99 (ms) | lost | server CPU per write | wire per write | memory per idle connection | acked writes lost | failures |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
     for x in &r.runs {
-        if !x.failures.is_empty() {
+        let failure = x
+            .failures
+            .first()
+            .map_or(String::new(), |f| f.replace('|', "/"));
+        if x.one.writes == 0 {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | failed: {} |  |  |  |  |  |  |",
-                x.server,
-                x.agents,
-                x.history,
-                x.failures
-                    .first()
-                    .map(String::as_str)
-                    .unwrap_or("")
-                    .replace('|', "/")
+                "| {} | {} | {} | not measured |  |  |  |  |  |  | {failure} |",
+                x.server, x.agents, x.history,
             );
             continue;
         }
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} / {} | {} / {} | {} | {} ms | {} | {} | {} |",
+            "| {} | {} | {} | {} / {} | {} / {} | {} | {} ms | {} | {} | {} | {failure} |",
             x.server,
             x.agents,
             x.history,
@@ -221,7 +223,7 @@ fn targets(r: &Results) -> String {
     let sus: Vec<(usize, f64)> = r
         .runs
         .iter()
-        .filter(|x| x.key == "hub" && x.failures.is_empty())
+        .filter(|x| x.key == "hub" && x.one.writes > 0)
         .filter_map(|x| x.sustained.as_ref().map(|b| (x.history, b.accepted_per_s)))
         .collect();
     let min = sus.iter().map(|x| x.1).fold(f64::INFINITY, f64::min);
@@ -238,7 +240,7 @@ fn targets(r: &Results) -> String {
     let conn = r
         .runs
         .iter()
-        .filter(|x| x.key == "hub" && x.failures.is_empty())
+        .filter(|x| x.key == "hub" && x.one.writes > 0)
         .max_by_key(|x| x.agents)
         .map(|x| (x.agents, x.per_connection_bytes));
     row(

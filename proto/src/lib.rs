@@ -31,6 +31,8 @@ pub const AGENT_ID_BYTES_MAX: usize = 128;
 pub const BLOCKED_BY_COUNT_MAX: usize = 64;
 /// Most tasks in one list.
 pub const LIST_TASKS_MAX: usize = 10_000;
+/// Most change hashes one `tasks_changed` event lists (the last ones of its merge).
+pub const TASKS_CHANGED_HASHES_MAX: usize = 1_024;
 /// Most operations in one `todo_write` (patch ops or replace tasks).
 pub const WRITE_OPS_MAX: usize = LIST_TASKS_MAX;
 /// Longest `explanation`, in bytes.
@@ -528,7 +530,9 @@ pub enum EventBody {
     TasksChanged {
         /// The agents whose changes these are, sorted.
         agents: Vec<String>,
-        /// The changes (hex hashes).
+        /// The changes (hex hashes): at most [`TASKS_CHANGED_HASHES_MAX`], the last ones
+        /// of the merge, so that a merge of a whole history (a list's first sync) still
+        /// makes an event the store can keep.
         changes: Vec<String>,
         /// The tasks, sorted by id.
         tasks: Vec<TaskChange>,

@@ -820,9 +820,7 @@ impl HubCore {
             commit
                 .changes
                 .extend(m.changes.iter().map(|c| c.change.clone()));
-            if let Some(ev) = tasks_changed(&doc.list, m) {
-                commit.events.push(ev);
-            }
+            commit.events.extend(tasks_changed(&doc.list, m));
         }
         for v in &report.violations {
             commit.reported.push(v.key.clone());
@@ -918,38 +916,71 @@ pub fn events_of(session_id: &str, data: &[u8]) -> Vec<crate::proto::Event> {
     serde_json::from_str(json).unwrap_or_default()
 }
 
-/// The `tasks_changed` event of one merge.
-fn tasks_changed(list: &TodoList, m: &Merge) -> Option<EventBody> {
+/// Bytes of task changes one `tasks_changed` event carries before the next event
+/// takes the rest: well under the store's `EVENT_BYTES_MAX`, which a write of many long
+/// tasks (or a list's first sync) would otherwise exceed — and a commit the store
+/// refuses stops the hub.
+const TASKS_CHANGED_BYTES_SPLIT: usize = 256 * 1024;
+
+/// The `tasks_changed` events of one merge: one, or several when its task changes are
+/// too large for one (each names the merge's agents and changes, and some of the tasks).
+fn tasks_changed(list: &TodoList, m: &Merge) -> Vec<EventBody> {
     if m.tasks.is_empty() {
-        return None;
+        return Vec::new();
     }
-    let agents: BTreeSet<String> = m
+    let agents: Vec<String> = m
         .changes
         .iter()
         .filter_map(|c| list.agent_of(c.actor()))
+        .collect::<BTreeSet<String>>()
+        .into_iter()
         .collect();
-    Some(EventBody::TasksChanged {
-        agents: agents.into_iter().collect(),
-        changes: m.changes.iter().map(ChangeInfo::hash).collect(),
-        tasks: m
-            .tasks
-            .iter()
-            .map(|(id, d)| TaskChange {
-                task: id.clone(),
-                fields: d
-                    .fields
-                    .iter()
-                    .map(|f| {
-                        if f.is_empty() {
-                            "task".to_owned()
-                        } else {
-                            f.clone()
-                        }
-                    })
-                    .collect(),
-                before: d.before.as_ref().map(|r| normalize(id, r)),
-                after: d.after.as_ref().map(|r| normalize(id, r)),
-            })
-            .collect(),
-    })
+    let changes: Vec<String> = m
+        .changes
+        .iter()
+        .skip(
+            m.changes
+                .len()
+                .saturating_sub(crate::proto::TASKS_CHANGED_HASHES_MAX),
+        )
+        .map(ChangeInfo::hash)
+        .collect();
+    let mut events = Vec::new();
+    let mut tasks: Vec<TaskChange> = Vec::new();
+    let mut bytes = 0usize;
+    for (id, d) in &m.tasks {
+        let change = TaskChange {
+            task: id.clone(),
+            fields: d
+                .fields
+                .iter()
+                .map(|f| {
+                    if f.is_empty() {
+                        "task".to_owned()
+                    } else {
+                        f.clone()
+                    }
+                })
+                .collect(),
+            before: d.before.as_ref().map(|r| normalize(id, r)),
+            after: d.after.as_ref().map(|r| normalize(id, r)),
+        };
+        let size = serde_json::to_vec(&change).map_or(0, |v| v.len());
+        if !tasks.is_empty() && bytes + size > TASKS_CHANGED_BYTES_SPLIT {
+            events.push(EventBody::TasksChanged {
+                agents: agents.clone(),
+                changes: changes.clone(),
+                tasks: std::mem::take(&mut tasks),
+            });
+            bytes = 0;
+        }
+        bytes += size;
+        tasks.push(change);
+    }
+    events.push(EventBody::TasksChanged {
+        agents,
+        changes,
+        tasks,
+    });
+    events
 }

@@ -29,13 +29,12 @@ use automerge::sync::{BloomFilter, ChunkList, Have, Message, MessageFlags, Messa
 use automerge::{Automerge, Change, ChangeHash};
 
 /// Changes the sync window remembers per list (≈0.5 KiB each: the change's bytes, its
-/// hash and the heads after it; up to 4 MiB for a busy list). A peer whose last
-/// acknowledged heads are older than this many changes is synced by the stock path,
-/// whose cost follows the history. Sized for load: at 2,000 writes/s a peer may fall
-/// 4 s behind before its messages cost the history (with 1,024, the side-by-side bench
-/// saw peers of an overloaded hub fall out of the window, each message then walking
-/// the history, the hub slower still, and the work budget closing them).
-pub const SYNC_WINDOW_CHANGES: usize = 8_192;
+/// hash and the heads after it). A peer whose last acknowledged heads are older than
+/// this many changes is synced by the stock path, whose cost follows the history. (An
+/// overloaded hub's peers can fall this far behind: the side-by-side bench saw it at
+/// 2,000 offered writes/s; 8,192 helped there but failed `tests/hub_core.rs`'s
+/// in-step test, not understood yet — see the note.)
+pub const SYNC_WINDOW_CHANGES: usize = 1_024;
 
 /// How many sync steps took the window and how many fell back to the stock functions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
