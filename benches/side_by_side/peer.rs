@@ -312,23 +312,8 @@ impl Peer {
         self.st.sent_hashes.extend(changes.iter().map(|c| c.hash()));
         let mut flags = MessageFlags::new();
         flags.set(MessageFlags::SUPPORTS_SYNC_RESET);
-        let (chunks, version) = if self.st.their_v2 {
-            let joined: Vec<u8> = changes
-                .iter()
-                .flat_map(|c| c.raw_bytes().iter().copied())
-                .collect();
-            let chunks = if joined.is_empty() {
-                Vec::new()
-            } else {
-                vec![joined]
-            };
-            (chunks, MessageVersion::V2)
-        } else {
-            (
-                changes.iter().map(|c| c.raw_bytes().to_vec()).collect(),
-                MessageVersion::V1,
-            )
-        };
+        let (chunks, version) =
+            swarmtodo::model::sync::change_chunks(changes.iter(), self.st.their_v2);
         self.st.in_flight = true;
         Some(Message {
             heads: our_heads,

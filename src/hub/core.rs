@@ -857,43 +857,47 @@ pub fn event_frames(
     commits: &[(&Commit, &[u64])],
     at_ms: i64,
 ) -> Vec<(ConnId, Vec<u8>)> {
-    // (list, peer) → its events, in order.
-    let mut per_peer: BTreeMap<(DocumentId, ConnId), (PeerId, Vec<crate::proto::Event>)> =
-        BTreeMap::new();
+    // Every event once; then (list, peer) → the indexes of its events, in order.
+    let mut events: Vec<crate::proto::Event> = Vec::new();
+    let mut per_peer: BTreeMap<(DocumentId, ConnId), (PeerId, Vec<usize>)> = BTreeMap::new();
     for (commit, seqs) in commits {
         for (body, &seq) in commit.events.iter().zip(seqs.iter()) {
-            let event = crate::proto::Event {
+            events.push(crate::proto::Event {
                 seq,
                 list: commit.doc.to_string(),
                 at_ms,
                 body: body.clone(),
-            };
+            });
             for (conn, peer) in &commit.notify {
                 per_peer
                     .entry((commit.doc, *conn))
                     .or_insert_with(|| (peer.clone(), Vec::new()))
                     .1
-                    .push(event.clone());
+                    .push(events.len() - 1);
             }
         }
     }
+    // Peers of one list usually get the same events: encode each set once.
+    let mut encoded: BTreeMap<Vec<usize>, Option<Vec<u8>>> = BTreeMap::new();
     let mut frames = Vec::new();
-    for ((doc, conn), (peer, events)) in per_peer {
-        let json = match events.as_slice() {
-            [one] => serde_json::to_string(one),
-            many => serde_json::to_string(many),
-        };
-        let Ok(json) = json else {
-            continue;
-        };
-        let Ok(data) = minicbor::to_vec(json.as_str()) else {
+    for ((doc, conn), (peer, mine)) in per_peer {
+        let data = encoded.entry(mine.clone()).or_insert_with(|| {
+            let json = match mine.as_slice() {
+                [one] => serde_json::to_string(&events[*one]),
+                many => {
+                    serde_json::to_string(&many.iter().map(|i| &events[*i]).collect::<Vec<_>>())
+                }
+            };
+            minicbor::to_vec(json.ok()?.as_str()).ok()
+        });
+        let Some(data) = data.clone() else {
             continue;
         };
         let m = WireMessage::Ephemeral {
             sender_id: hub.clone(),
             target_id: peer,
             document_id: doc,
-            count: events.last().map_or(0, |e| e.seq),
+            count: mine.last().map_or(0, |i| events[*i].seq),
             session_id: EVENTS_SESSION.to_owned(),
             data,
         };

@@ -474,9 +474,27 @@ pub(crate) fn generate(
     } else {
         our_heads
     };
-    let (chunks, version) = if v2 {
+    let (chunks, version) = change_chunks(changes.iter().copied(), v2);
+    state.in_flight = true;
+    Some(Some(Message {
+        heads,
+        need: our_need,
+        have: our_have,
+        changes: ChunkList::from(chunks),
+        flags: Some(flags),
+        version,
+    }))
+}
+
+/// The change list of a sync message as stock automerge lays it out: one chunk with
+/// the changes one after the other for a peer that reads V2 messages, else one chunk
+/// per change (V1).
+pub fn change_chunks<'a>(
+    changes: impl Iterator<Item = &'a Change>,
+    v2: bool,
+) -> (Vec<Vec<u8>>, MessageVersion) {
+    if v2 {
         let joined: Vec<u8> = changes
-            .iter()
             .flat_map(|c| c.raw_bytes().iter().copied())
             .collect();
         let chunks = if joined.is_empty() {
@@ -487,19 +505,10 @@ pub(crate) fn generate(
         (chunks, MessageVersion::V2)
     } else {
         (
-            changes.iter().map(|c| c.raw_bytes().to_vec()).collect(),
+            changes.map(|c| c.raw_bytes().to_vec()).collect(),
             MessageVersion::V1,
         )
-    };
-    state.in_flight = true;
-    Some(Some(Message {
-        heads,
-        need: our_need,
-        have: our_have,
-        changes: ChunkList::from(chunks),
-        flags: Some(flags),
-        version,
-    }))
+    }
 }
 
 /// What a message to this peer asks for, and whether it says what we have: stock
