@@ -566,6 +566,10 @@ impl HubCore {
             }
             conn.docs.insert(doc_id);
         }
+        self.answer_sender_now(now_ms, c, doc_id, fx);
+        if !self.conns.contains_key(&c) {
+            return;
+        }
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return;
         };
@@ -650,7 +654,7 @@ impl HubCore {
     fn answer(&mut self, now_ms: i64, fx: &mut Effects) {
         let mut over_budget = Vec::new();
         for (doc_id, owed) in std::mem::take(&mut self.owed) {
-            let Some(doc) = self.docs.get_mut(&doc_id) else {
+            let Some(doc) = self.docs.get(&doc_id) else {
                 continue;
             };
             let mut targets: Vec<ConnId> = Vec::new();
@@ -668,58 +672,106 @@ impl HubCore {
                     .collect();
                 targets.extend(others);
             }
-            let mut last: Option<(sync::Message, Vec<u8>)> = None;
+            let mut last = None;
             for t in targets {
-                let Some(Conn {
-                    state: ConnState::Ready(target_id),
-                    ..
-                }) = self.conns.get(&t)
-                else {
-                    continue;
-                };
-                let Some(state) = doc.peers.get_mut(&t) else {
-                    continue;
-                };
-                let target_id = target_id.clone();
-                let stock_before = doc.list.sync_counters().stock;
-                let m = doc.list.generate_sync_message(state);
-                let sent: u64 = owed
-                    .senders
-                    .iter()
-                    .filter(|(c, _)| *c == t)
-                    .map(|(_, steps)| steps)
-                    .sum();
-                if owed.senders.iter().any(|(c, _)| *c == t) {
-                    let steps = sent + doc.list.sync_counters().stock.saturating_sub(stock_before);
-                    let limits = self.config.sync_work;
-                    if !Self::charge(&mut self.conns, doc, t, now_ms, steps, limits) {
-                        over_budget.push((t, doc_id));
-                        continue;
-                    }
+                let sent = owed.senders.iter().any(|(c, _)| *c == t).then(|| {
+                    owed.senders
+                        .iter()
+                        .filter(|(c, _)| *c == t)
+                        .map(|(_, n)| n)
+                        .sum()
+                });
+                if !self.reply(now_ms, doc_id, t, sent, &mut last, fx) {
+                    over_budget.push((t, doc_id));
                 }
-                let Some(m) = m else {
-                    continue;
-                };
-                let data = match &last {
-                    Some((lm, bytes)) if *lm == m => bytes.clone(),
-                    _ => {
-                        let bytes = m.clone().encode();
-                        last = Some((m, bytes.clone()));
-                        bytes
-                    }
-                };
-                let out = WireMessage::Sync {
-                    document_id: doc_id,
-                    sender_id: self.config.peer_id.clone(),
-                    target_id,
-                    data,
-                };
-                fx.sends.push((t, wire::encode(&out)));
             }
         }
         for (c, doc_id) in over_budget {
             self.over_budget(c, doc_id, fx);
         }
+    }
+
+    /// Answers peer `c` about `doc_id` now, before its next message in the same batch
+    /// is received. Answering once after both would lose what the first one was owed:
+    /// stock sync takes a message without changes whose heads are ours as "the peer
+    /// knows our heads", so an answer naming the heads the first message's changes
+    /// made would never be sent, and a peer waiting for the hub to confirm its heads
+    /// (as `Connection::sync` does) would wait forever.
+    fn answer_sender_now(&mut self, now_ms: i64, c: ConnId, doc_id: DocumentId, fx: &mut Effects) {
+        let Some(owed) = self.owed.get_mut(&doc_id) else {
+            return;
+        };
+        if !owed.senders.iter().any(|(s, _)| *s == c) {
+            return;
+        }
+        let steps = owed
+            .senders
+            .iter()
+            .filter(|(s, _)| *s == c)
+            .map(|(_, n)| n)
+            .sum();
+        owed.senders.retain(|(s, _)| *s != c);
+        if !self.reply(now_ms, doc_id, c, Some(steps), &mut None, fx) {
+            self.over_budget(c, doc_id, fx);
+        }
+    }
+
+    /// Generates and queues the sync message for peer `t` of list `doc_id`, if there is
+    /// anything to say. `sent`: the stock sync steps the peer's own messages cost, when
+    /// this answers them (charged, with this message's, to its work budget); false when
+    /// that budget is exhausted (nothing is sent). `last` is the last message encoded
+    /// for this list, reused when this one is the same.
+    fn reply(
+        &mut self,
+        now_ms: i64,
+        doc_id: DocumentId,
+        t: ConnId,
+        sent: Option<u64>,
+        last: &mut Option<(sync::Message, Vec<u8>)>,
+        fx: &mut Effects,
+    ) -> bool {
+        let Some(doc) = self.docs.get_mut(&doc_id) else {
+            return true;
+        };
+        let Some(Conn {
+            state: ConnState::Ready(target_id),
+            ..
+        }) = self.conns.get(&t)
+        else {
+            return true;
+        };
+        let Some(state) = doc.peers.get_mut(&t) else {
+            return true;
+        };
+        let target_id = target_id.clone();
+        let stock_before = doc.list.sync_counters().stock;
+        let m = doc.list.generate_sync_message(state);
+        if let Some(sent) = sent {
+            let steps = sent + doc.list.sync_counters().stock.saturating_sub(stock_before);
+            let limits = self.config.sync_work;
+            if !Self::charge(&mut self.conns, doc, t, now_ms, steps, limits) {
+                return false;
+            }
+        }
+        let Some(m) = m else {
+            return true;
+        };
+        let data = match last {
+            Some((lm, bytes)) if *lm == m => bytes.clone(),
+            _ => {
+                let bytes = m.clone().encode();
+                *last = Some((m, bytes.clone()));
+                bytes
+            }
+        };
+        let out = WireMessage::Sync {
+            document_id: doc_id,
+            sender_id: self.config.peer_id.clone(),
+            target_id,
+            data,
+        };
+        fx.sends.push((t, wire::encode(&out)));
+        true
     }
 
     /// Charges connection `c` for the history work its message and our answer caused

@@ -136,6 +136,27 @@ impl Queue {
         }
     }
 
+    /// The next event if it is due at `at` and `wanted` accepts it (the hub taking
+    /// every frame that arrived in the same millisecond as one batch).
+    pub fn pop_if(&mut self, at: u64, wanted: impl Fn(&Event) -> bool) -> Option<Event> {
+        loop {
+            let &std::cmp::Reverse((next_at, seq)) = self.heap.peek()?;
+            let Some(event) = self.events.get(&seq) else {
+                self.heap.pop();
+                continue;
+            };
+            if next_at != at || !wanted(event) {
+                return None;
+            }
+            self.heap.pop();
+            let event = self.events.remove(&seq)?;
+            if event.in_flight() {
+                self.frames -= 1;
+            }
+            return Some(event);
+        }
+    }
+
     /// Frames and closes in flight.
     pub fn frames_in_flight(&self) -> usize {
         self.frames

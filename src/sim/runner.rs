@@ -129,6 +129,8 @@ pub struct Stats {
     pub duplicated: u64,
     /// Frames held back for reordering.
     pub reordered: u64,
+    /// Frames the hub took in one batch with others.
+    pub batched: u64,
     /// Hub kills.
     pub hub_crashes: u64,
     /// Partitions.
@@ -572,8 +574,38 @@ impl<'a> Sim<'a> {
                 Event::Timer(a) => self.timer(a)?,
                 Event::Connect(a) => self.connect(a)?,
                 Event::Frame(c, Dir::ToHub, bytes) => {
-                    if self.hub_conns.contains(&c) {
-                        self.hub_input(Input::Frame(c, bytes))?;
+                    // Like the server, the hub takes every frame that is waiting (here:
+                    // that arrived in the same millisecond) as one batch.
+                    let mut batch = vec![(c, bytes)];
+                    while batch.len() < crate::hub::server::BATCH_FRAMES_MAX {
+                        let Some(next) = self
+                            .queue
+                            .pop_if(at, |e| matches!(e, Event::Frame(_, Dir::ToHub, _)))
+                        else {
+                            break;
+                        };
+                        self.note(next.describe());
+                        if let Event::Frame(c, _, bytes) = next {
+                            if self.cfg.trace {
+                                self.trace.push(format!(
+                                    "{:>8}   {}",
+                                    self.now,
+                                    frame_detail(&bytes)
+                                ));
+                            }
+                            batch.push((c, bytes));
+                        }
+                    }
+                    if batch.len() > 1 {
+                        self.stats.batched += batch.len() as u64;
+                    }
+                    let inputs: Vec<Input> = batch
+                        .into_iter()
+                        .filter(|(c, _)| self.hub_conns.contains(c))
+                        .map(|(c, bytes)| Input::Frame(c, bytes))
+                        .collect();
+                    if !inputs.is_empty() {
+                        self.hub_inputs(inputs)?;
                     }
                 }
                 Event::Frame(c, Dir::ToAgent, bytes) => self.agent_frame(c, &bytes)?,
@@ -745,11 +777,15 @@ impl<'a> Sim<'a> {
     }
 
     fn hub_input(&mut self, input: Input) -> Result<(), SimError> {
+        self.hub_inputs(vec![input])
+    }
+
+    fn hub_inputs(&mut self, inputs: Vec<Input>) -> Result<(), SimError> {
         let now_ms = self.epoch_ms();
         let Some(hub) = self.hub.as_mut() else {
             return Ok(());
         };
-        let fx = hub.handle(now_ms, input);
+        let fx = hub.handle_batch(now_ms, inputs);
         // Durable first, then relay: the order the server keeps.
         for commit in fx.commits {
             self.persist(commit)?;
