@@ -37,6 +37,8 @@ pub const FRAME_BYTES_MAX: usize = 1024 * 1024;
 /// Most frames the hub merges before it answers (frames already queued when it turns
 /// to the queue; it never waits for more).
 pub const BATCH_FRAMES_MAX: usize = 256;
+/// Frames a connection's writer takes from its outbox for one write to the socket.
+pub const WRITE_COALESCE_FRAMES_MAX: usize = 64;
 /// WebSocket read buffer per connection (tungstenite grows it on demand up to a message).
 pub const READ_BUFFER_BYTES: usize = 4 * 1024;
 /// WebSocket write buffer per connection before a flush.
@@ -286,11 +288,29 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>, 
                 close = &mut close_rx => break close.ok(),
                 frame = out_rx.recv() => {
                     let Some(bytes) = frame else { break None };
-                    queued_bytes.fetch_sub(bytes.len(), Ordering::Relaxed);
-                    // A peer that stops reading blocks this send; a close must still
-                    // get through, so the send races it.
+                    // The frames already queued go out with it, in one write to the
+                    // socket (a write's sync message and its events, say): one system
+                    // call per peer instead of one per frame.
+                    let mut frames = vec![bytes];
+                    while frames.len() < WRITE_COALESCE_FRAMES_MAX {
+                        match out_rx.try_recv() {
+                            Ok(bytes) => frames.push(bytes),
+                            Err(_) => break,
+                        }
+                    }
+                    for bytes in &frames {
+                        queued_bytes.fetch_sub(bytes.len(), Ordering::Relaxed);
+                    }
+                    let write = async {
+                        for bytes in frames {
+                            sink.feed(Message::Binary(bytes.into())).await?;
+                        }
+                        sink.flush().await
+                    };
+                    // A peer that stops reading blocks this write; a close must still
+                    // get through, so the write races it.
                     tokio::select! {
-                        sent = sink.send(Message::Binary(bytes.into())) => {
+                        sent = write => {
                             if sent.is_err() {
                                 break None;
                             }
