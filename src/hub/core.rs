@@ -246,6 +246,8 @@ struct Owed {
     senders: Vec<(ConnId, u64)>,
     /// The list changed: every peer is owed the news.
     moved: bool,
+    /// Senders whose frames in this batch changed the list.
+    brought: BTreeSet<ConnId>,
 }
 
 impl HubCore {
@@ -566,10 +568,10 @@ impl HubCore {
             }
             conn.docs.insert(doc_id);
         }
-        self.answer_sender_now(now_ms, c, doc_id, fx);
-        if !self.conns.contains_key(&c) {
-            return;
-        }
+        let brought_earlier = self
+            .owed
+            .get(&doc_id)
+            .is_some_and(|o| o.brought.contains(&c));
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return;
         };
@@ -581,7 +583,19 @@ impl HubCore {
         // holds everything committed; the bad change never was).
         let merged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let state = doc.peers.entry(c).or_default();
+            let last_sent = state.last_sent_heads.clone();
+            let took_as_known = (brought_earlier && message.changes.is_empty())
+                .then(|| message.heads.clone())
+                .filter(|heads| !heads.is_empty());
             let mut merge = doc.list.receive_sync_message(state, message)?;
+            // Stock sync takes a message without changes whose heads are ours as "the
+            // peer knows our heads" and will not name them to it. When an earlier frame
+            // of this batch from the same peer brought those heads' changes, the peer
+            // has not heard that the hub has them: one answer for both frames must
+            // still say so (a client waiting for it would wait forever).
+            if took_as_known.is_some_and(|heads| state.last_sent_heads == heads) {
+                state.last_sent_heads = last_sent;
+            }
             let rejected = std::mem::take(&mut merge.rejected);
             // The token vouches for the writer: its new changes are its agent's, in its
             // role, whatever agent id their actor registered in the document.
@@ -646,6 +660,9 @@ impl HubCore {
         let owed = self.owed.entry(doc_id).or_default();
         owed.senders.push((c, steps));
         owed.moved |= moved;
+        if moved {
+            owed.brought.insert(c);
+        }
     }
 
     /// Sends what the inputs just handled owe: for each list, the senders first, then
@@ -687,31 +704,6 @@ impl HubCore {
             }
         }
         for (c, doc_id) in over_budget {
-            self.over_budget(c, doc_id, fx);
-        }
-    }
-
-    /// Answers peer `c` about `doc_id` now, before its next message in the same batch
-    /// is received. Answering once after both would lose what the first one was owed:
-    /// stock sync takes a message without changes whose heads are ours as "the peer
-    /// knows our heads", so an answer naming the heads the first message's changes
-    /// made would never be sent, and a peer waiting for the hub to confirm its heads
-    /// (as `Connection::sync` does) would wait forever.
-    fn answer_sender_now(&mut self, now_ms: i64, c: ConnId, doc_id: DocumentId, fx: &mut Effects) {
-        let Some(owed) = self.owed.get_mut(&doc_id) else {
-            return;
-        };
-        if !owed.senders.iter().any(|(s, _)| *s == c) {
-            return;
-        }
-        let steps = owed
-            .senders
-            .iter()
-            .filter(|(s, _)| *s == c)
-            .map(|(_, n)| n)
-            .sum();
-        owed.senders.retain(|(s, _)| *s != c);
-        if !self.reply(now_ms, doc_id, c, Some(steps), &mut None, fx) {
             self.over_budget(c, doc_id, fx);
         }
     }
