@@ -241,13 +241,21 @@ pub struct HubCore {
 /// Who is owed a sync message about one list after a batch of inputs.
 #[derive(Debug, Default)]
 struct Owed {
-    /// The connections that sent sync messages, in order, with the stock sync steps
-    /// their messages cost (charged with their answers' to their work budget).
-    senders: Vec<(ConnId, u64)>,
+    /// The connections that sent sync messages, in the order they first did.
+    senders: Vec<ConnId>,
+    /// What each sender's messages did.
+    sent: BTreeMap<ConnId, Sent>,
     /// The list changed: every peer is owed the news.
     moved: bool,
-    /// Senders whose frames in this batch changed the list.
-    brought: BTreeSet<ConnId>,
+}
+
+/// What one peer's sync messages of a batch did.
+#[derive(Debug, Default)]
+struct Sent {
+    /// Stock sync steps they cost (charged with the answer's to its work budget).
+    steps: u64,
+    /// They changed the list.
+    brought: bool,
 }
 
 impl HubCore {
@@ -571,7 +579,8 @@ impl HubCore {
         let brought_earlier = self
             .owed
             .get(&doc_id)
-            .is_some_and(|o| o.brought.contains(&c));
+            .and_then(|o| o.sent.get(&c))
+            .is_some_and(|s| s.brought);
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return;
         };
@@ -658,11 +667,13 @@ impl HubCore {
         let moved = doc.list.heads() != before;
         let steps = doc.list.sync_counters().stock.saturating_sub(stock_before);
         let owed = self.owed.entry(doc_id).or_default();
-        owed.senders.push((c, steps));
-        owed.moved |= moved;
-        if moved {
-            owed.brought.insert(c);
+        if !owed.sent.contains_key(&c) {
+            owed.senders.push(c);
         }
+        let sent = owed.sent.entry(c).or_default();
+        sent.steps += steps;
+        sent.brought |= moved;
+        owed.moved |= moved;
     }
 
     /// Sends what the inputs just handled owe: for each list, the senders first, then
@@ -674,30 +685,18 @@ impl HubCore {
             let Some(doc) = self.docs.get(&doc_id) else {
                 continue;
             };
-            let mut targets: Vec<ConnId> = Vec::new();
-            for (c, _) in &owed.senders {
-                if !targets.contains(c) {
-                    targets.push(*c);
-                }
-            }
+            let mut targets = owed.senders;
             if owed.moved {
-                let others: Vec<ConnId> = doc
-                    .peers
-                    .keys()
-                    .copied()
-                    .filter(|t| !targets.contains(t))
-                    .collect();
-                targets.extend(others);
+                targets.extend(
+                    doc.peers
+                        .keys()
+                        .copied()
+                        .filter(|t| !owed.sent.contains_key(t)),
+                );
             }
             let mut last = None;
             for t in targets {
-                let sent = owed.senders.iter().any(|(c, _)| *c == t).then(|| {
-                    owed.senders
-                        .iter()
-                        .filter(|(c, _)| *c == t)
-                        .map(|(_, n)| n)
-                        .sum()
-                });
+                let sent = owed.sent.get(&t).map(|s| s.steps);
                 if !self.reply(now_ms, doc_id, t, sent, &mut last, fx) {
                     over_budget.push((t, doc_id));
                 }
