@@ -312,8 +312,10 @@ impl Peer {
         self.st.sent_hashes.extend(changes.iter().map(|c| c.hash()));
         let mut flags = MessageFlags::new();
         flags.set(MessageFlags::SUPPORTS_SYNC_RESET);
-        let (chunks, version) =
-            swarmtodo::model::sync::change_chunks(changes.iter(), self.st.their_v2);
+        let (chunks, version) = swarmtodo::model::sync::change_chunks(
+            changes.iter().map(|c| c.raw_bytes()),
+            self.st.their_v2,
+        );
         self.st.in_flight = true;
         Some(Message {
             heads: our_heads,

@@ -509,7 +509,12 @@ async fn hub_task(
         let handled = started.elapsed();
         let commits = fx.commits.len();
         let sends = fx.sends.len();
+        let bulk = !fx.compactions.is_empty()
+            || fx.commits.iter().map(|c| c.changes.len()).sum::<usize>() >= TRIM_AFTER_CHANGES;
         let performed = perform(&mut core, &store, &mut known, &mut outboxes, fx).await;
+        if bulk {
+            give_back_freed_memory();
+        }
         if commits > 0 {
             tracing::debug!(
                 handle_us = handled.as_micros() as u64,
@@ -538,6 +543,27 @@ async fn hub_task(
         });
     }
     Ok(())
+}
+
+/// Changes merged in one batch after which the hub hands the memory it freed back to
+/// the system (see [`give_back_freed_memory`]).
+pub const TRIM_AFTER_CHANGES: usize = 1_000;
+
+/// Returns freed heap memory to the system. A first sync of a long history allocates
+/// several times the list's size for a moment (the changes decoded, the merge's report,
+/// the commit), and glibc keeps freed memory in its arenas: without this, a hub that
+/// was given ten 10,000-change lists kept 5 MiB more per list resident than its lists
+/// hold. Called after such a batch and after a snapshot (whose rebuild frees the old
+/// document); it walks the heap, a few milliseconds at most.
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim only releases free memory of the allocator's own arenas;
+        // it has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
 }
 
 async fn perform(

@@ -435,6 +435,26 @@ impl TodoList {
         self.doc.save()
     }
 
+    /// The whole document, compressed — and the document in memory rebuilt from it.
+    /// Automerge's op columns grow as changes land one batch at a time and keep their
+    /// spare room; a document loaded from its own save holds the same content in about
+    /// two thirds of the memory (a 1,000-task list with 10,000 changes: 3.3 → 2.2 MiB;
+    /// `examples/list_memory.rs`). The hub does this when it stores a snapshot anyway.
+    /// Heads, index and sync window are unchanged: the content is the same.
+    pub fn save_and_compact(&mut self) -> Vec<u8> {
+        let bytes = self.doc.save();
+        match Automerge::load(&bytes) {
+            Ok(doc) if doc.get_heads() == self.doc.get_heads() => {
+                self.doc = doc.with_actor(self.doc.get_actor().clone());
+            }
+            // A document always loads from its own save; if it ever did not, the
+            // one in memory stays, uncompacted.
+            Ok(_) => tracing::warn!("a saved list reloaded with other heads; kept as it was"),
+            Err(e) => tracing::warn!(error = %e, "a saved list did not reload; kept as it was"),
+        }
+        bytes
+    }
+
     /// The current heads.
     pub fn heads(&self) -> Vec<ChangeHash> {
         self.doc.get_heads()

@@ -73,9 +73,14 @@ impl Clone for Counters {
     }
 }
 
+/// One change of the window: what sync needs of it (its hash, its dependencies, its
+/// bytes), not the decoded `Change` — a `Change` is several hundred bytes before its
+/// heap parts, and the window holds [`SYNC_WINDOW_CHANGES`] of them per list.
 #[derive(Debug, Clone)]
 struct Entry {
-    change: Change,
+    hash: ChangeHash,
+    deps: Box<[ChangeHash]>,
+    bytes: Box<[u8]>,
     /// The replica's heads right after this change (sorted).
     heads_after: Vec<ChangeHash>,
 }
@@ -152,23 +157,37 @@ impl Recent {
             let pos = self.offset + self.entries.len() as u64;
             self.by_hash.insert(hash, pos);
             self.by_heads.insert(heads.clone(), pos + 1);
+            if self.entries.len() == SYNC_WINDOW_CHANGES {
+                self.evict_first();
+            } else if self.entries.len() == self.entries.capacity() {
+                // Grow by doubling up to the window and not past it: a bulk record
+                // (a first sync of a long history) must not leave a queue sized for
+                // all of its changes.
+                let len = self.entries.len();
+                self.entries
+                    .reserve_exact(len.clamp(16, SYNC_WINDOW_CHANGES - len).max(1));
+            }
             self.entries.push_back(Entry {
-                change: c.clone(),
+                hash,
+                deps: c.deps().into(),
+                bytes: c.raw_bytes().into(),
                 heads_after: heads,
             });
-        }
-        while self.entries.len() > SYNC_WINDOW_CHANGES {
-            if let Some(first) = self.entries.pop_front() {
-                self.by_hash.remove(&first.change.hash());
-                self.by_heads.remove(&self.base_heads);
-                self.base_heads = first.heads_after;
-                self.offset += 1;
-            }
         }
         let now = doc.get_heads();
         if self.heads() != now.as_slice() {
             tracing::debug!("sync window out of step with the document; starting over");
             *self = Recent::at(now);
+        }
+    }
+
+    /// Drops the oldest entry; the window then starts at the heads after it.
+    fn evict_first(&mut self) {
+        if let Some(first) = self.entries.pop_front() {
+            self.by_hash.remove(&first.hash);
+            self.by_heads.remove(&self.base_heads);
+            self.base_heads = first.heads_after;
+            self.offset += 1;
         }
     }
 
@@ -222,8 +241,8 @@ impl Recent {
             Some(top) => {
                 for idx in (0..=top.min(self.entries.len().saturating_sub(1))).rev() {
                     let e = &self.entries[idx];
-                    if reached.contains(&e.change.hash()) {
-                        reached.extend(e.change.deps().iter().copied());
+                    if reached.contains(&e.hash) {
+                        reached.extend(e.deps.iter().copied());
                     }
                     let before = match idx {
                         0 => &self.base_heads,
@@ -241,7 +260,7 @@ impl Recent {
             self.entries
                 .iter()
                 .skip(cut)
-                .filter(|e| !reached.contains(&e.change.hash()))
+                .filter(|e| !reached.contains(&e.hash))
                 .collect(),
         )
     }
@@ -283,7 +302,7 @@ impl Recent {
                 break;
             }
             if let Some(e) = self.entry(&h) {
-                stack.extend(e.change.deps().iter().copied());
+                stack.extend(e.deps.iter().copied());
             }
         }
         Some(left)
@@ -407,7 +426,7 @@ pub(crate) fn generate(
         }
     }
     let v2 = supports_v2(state);
-    let changes: Vec<&Change> = if state.is_peer_read_only() {
+    let changes: Vec<&Entry> = if state.is_peer_read_only() {
         Vec::new()
     } else if let (Some(have), Some(need)) = (&state.their_have, &state.their_need) {
         if state.their_heads.as_deref() == Some(&[]) && v2 {
@@ -423,7 +442,7 @@ pub(crate) fn generate(
         }
         hashes
             .iter()
-            .map(|h| recent.entry(h).map(|e| &e.change))
+            .map(|h| recent.entry(h))
             .collect::<Option<_>>()?
     } else {
         Vec::new()
@@ -443,7 +462,7 @@ pub(crate) fn generate(
             recent
                 .since(&state.shared_heads)?
                 .into_iter()
-                .map(|e| e.change.hash())
+                .map(|e| e.hash)
                 .collect::<Vec<_>>()
                 .into_iter(),
         );
@@ -457,7 +476,7 @@ pub(crate) fn generate(
 
     state.have_responded = true;
     state.last_sent_heads.clone_from(&our_heads);
-    state.sent_hashes.extend(changes.iter().map(|c| c.hash()));
+    state.sent_hashes.extend(changes.iter().map(|e| e.hash));
     let mut flags = MessageFlags::new();
     flags.set(MessageFlags::SUPPORTS_SYNC_RESET);
     if state.read_only {
@@ -474,7 +493,7 @@ pub(crate) fn generate(
     } else {
         our_heads
     };
-    let (chunks, version) = change_chunks(changes.iter().copied(), v2);
+    let (chunks, version) = change_chunks(changes.iter().map(|e| &*e.bytes), v2);
     state.in_flight = true;
     Some(Some(Message {
         heads,
@@ -490,13 +509,11 @@ pub(crate) fn generate(
 /// the changes one after the other for a peer that reads V2 messages, else one chunk
 /// per change (V1).
 pub fn change_chunks<'a>(
-    changes: impl Iterator<Item = &'a Change>,
+    changes: impl Iterator<Item = &'a [u8]>,
     v2: bool,
 ) -> (Vec<Vec<u8>>, MessageVersion) {
     if v2 {
-        let joined: Vec<u8> = changes
-            .flat_map(|c| c.raw_bytes().iter().copied())
-            .collect();
+        let joined: Vec<u8> = changes.flat_map(|c| c.iter().copied()).collect();
         let chunks = if joined.is_empty() {
             Vec::new()
         } else {
@@ -504,10 +521,7 @@ pub fn change_chunks<'a>(
         };
         (chunks, MessageVersion::V2)
     } else {
-        (
-            changes.map(|c| c.raw_bytes().to_vec()).collect(),
-            MessageVersion::V1,
-        )
+        (changes.map(<[u8]>::to_vec).collect(), MessageVersion::V1)
     }
 }
 
@@ -581,12 +595,12 @@ fn hashes_to_send(
         Some(after) => after,
         None => recent.since(&last_sync)?,
     };
-    let in_since: HashSet<ChangeHash> = since.iter().map(|e| e.change.hash()).collect();
+    let in_since: HashSet<ChangeHash> = since.iter().map(|e| e.hash).collect();
     let mut dependents: HashMap<ChangeHash, Vec<ChangeHash>> = HashMap::new();
     let mut to_send: HashSet<ChangeHash> = HashSet::new();
     for e in &since {
-        let hash = e.change.hash();
-        for dep in e.change.deps() {
+        let hash = e.hash;
+        for dep in e.deps.iter() {
             // Stock walks the dependencies of every change; only those in `since` can
             // be reached from `to_send`.
             if in_since.contains(dep) {
@@ -606,12 +620,7 @@ fn hashes_to_send(
         }
     }
     let mut out: Vec<ChangeHash> = need.into_iter().filter(|h| !to_send.contains(h)).collect();
-    out.extend(
-        since
-            .iter()
-            .map(|e| e.change.hash())
-            .filter(|h| to_send.contains(h)),
-    );
+    out.extend(since.iter().map(|e| e.hash).filter(|h| to_send.contains(h)));
     Some(out)
 }
 
