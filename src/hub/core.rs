@@ -225,6 +225,10 @@ pub struct DocState {
     authority: Authority,
     /// Sync state per connection that syncs this list.
     peers: BTreeMap<ConnId, sync::State>,
+    /// Per connection, the list's window position when its last message was received
+    /// (`TodoList::window_end`): changes applied since are news to it, whatever its
+    /// Bloom filter says (`TodoList::generate_sync_message_after`).
+    heard_at: BTreeMap<ConnId, u64>,
     /// Changes committed since the last snapshot.
     since_compaction: usize,
     /// The list's number of changes when its document was last built in one piece
@@ -291,6 +295,7 @@ impl HubCore {
                 list,
                 authority,
                 peers: BTreeMap::new(),
+                heard_at: BTreeMap::new(),
                 since_compaction: 0,
                 changes_at_rebuild,
             },
@@ -376,6 +381,7 @@ impl HubCore {
             for d in conn.docs {
                 if let Some(doc) = self.docs.get_mut(&d) {
                     doc.peers.remove(&c);
+                    doc.heard_at.remove(&c);
                 }
             }
         }
@@ -573,6 +579,7 @@ impl HubCore {
                     list,
                     authority,
                     peers: BTreeMap::new(),
+                    heard_at: BTreeMap::new(),
                     since_compaction: 0,
                     changes_at_rebuild: 0,
                 },
@@ -611,6 +618,7 @@ impl HubCore {
                 .then(|| message.heads.clone())
                 .filter(|heads| !heads.is_empty());
             let mut merge = doc.list.receive_sync_message(state, message)?;
+            doc.heard_at.insert(c, doc.list.window_end());
             // Stock sync takes a message without changes whose heads are ours as "the
             // peer knows our heads" and will not name them to it. When an earlier frame
             // of this batch from the same peer brought those heads' changes, the peer
@@ -760,7 +768,10 @@ impl HubCore {
         };
         let target_id = target_id.clone();
         let stock_before = doc.list.sync_counters().stock;
-        let m = doc.list.generate_sync_message(state);
+        let m = match doc.heard_at.get(&t) {
+            Some(&at) => doc.list.generate_sync_message_after(state, at),
+            None => doc.list.generate_sync_message(state),
+        };
         if let Some(sent) = sent {
             let steps = sent + doc.list.sync_counters().stock.saturating_sub(stock_before);
             let limits = self.config.sync_work;

@@ -721,7 +721,37 @@ impl TodoList {
         &self,
         state: &mut automerge::sync::State,
     ) -> Option<automerge::sync::Message> {
-        match sync::generate(&self.doc, &self.recent, &self.pending, state) {
+        self.generate_with(state, None)
+    }
+
+    /// Where the next change applied will stand in the recent-changes window: taken
+    /// when a peer's message has been received, it tells the changes applied since.
+    pub fn window_end(&self) -> u64 {
+        self.recent.end()
+    }
+
+    /// [`TodoList::generate_sync_message`] for a peer whose last message was received
+    /// at window position `heard_at` ([`TodoList::window_end`] then): the changes
+    /// applied since are sent even when the peer's Bloom filter claims them. That
+    /// filter was made before they existed here, so a hit is a false positive (about
+    /// one check in a hundred), and stock sync would withhold the change until the peer
+    /// asks for it by hash — a round trip more for that peer. Sending a change the peer
+    /// already has (from another connection) costs only its bytes. The hub answers
+    /// this way; replicas keep stock behaviour.
+    pub fn generate_sync_message_after(
+        &self,
+        state: &mut automerge::sync::State,
+        heard_at: u64,
+    ) -> Option<automerge::sync::Message> {
+        self.generate_with(state, Some(heard_at))
+    }
+
+    fn generate_with(
+        &self,
+        state: &mut automerge::sync::State,
+        fresh_from: Option<u64>,
+    ) -> Option<automerge::sync::Message> {
+        match sync::generate(&self.doc, &self.recent, &self.pending, state, fresh_from) {
             Some(m) => {
                 self.sync_counters.count(true);
                 m

@@ -181,6 +181,12 @@ impl Recent {
         }
     }
 
+    /// The position the next change recorded will take (changes ever recorded, since
+    /// the window last started over).
+    pub(crate) fn end(&self) -> u64 {
+        self.offset + self.entries.len() as u64
+    }
+
     /// Drops the oldest entry; the window then starts at the heads after it.
     fn evict_first(&mut self) {
         if let Some(first) = self.entries.pop_front() {
@@ -404,6 +410,7 @@ pub(crate) fn generate(
     recent: &Recent,
     pending: &[Change],
     state: &mut State,
+    fresh_from: Option<u64>,
 ) -> Option<Option<Message>> {
     if !recent.in_step(doc) {
         return None;
@@ -432,11 +439,17 @@ pub(crate) fn generate(
         if state.their_heads.as_deref() == Some(&[]) && v2 {
             return None; // The whole document: the history, by definition.
         }
-        let hashes: Vec<ChangeHash> =
-            hashes_to_send(doc, recent, have, need, state.their_heads.as_deref())?
-                .into_iter()
-                .filter(|h| !state.sent_hashes.contains(h))
-                .collect();
+        let hashes: Vec<ChangeHash> = hashes_to_send(
+            doc,
+            recent,
+            have,
+            need,
+            state.their_heads.as_deref(),
+            fresh_from,
+        )?
+        .into_iter()
+        .filter(|h| !state.sent_hashes.contains(h))
+        .collect();
         if v2 && hashes.len() > change_count(doc) / 3 {
             return None;
         }
@@ -559,13 +572,16 @@ pub(crate) fn need_and_have(
     (need, have)
 }
 
-/// Stock `get_hashes_to_send`, from the window.
+/// Stock `get_hashes_to_send`, from the window. With `fresh_from`, the window's
+/// changes from that position on are sent whatever the peer's Bloom filters say (see
+/// [`crate::model::TodoList::generate_sync_message_after`]).
 fn hashes_to_send(
     doc: &Automerge,
     recent: &Recent,
     have: &[Have],
     need: &[ChangeHash],
     their_heads: Option<&[ChangeHash]>,
+    fresh_from: Option<u64>,
 ) -> Option<Vec<ChangeHash>> {
     let need: Vec<ChangeHash> = need
         .iter()
@@ -607,7 +623,8 @@ fn hashes_to_send(
                 dependents.entry(*dep).or_default().push(hash);
             }
         }
-        if have.iter().all(|h| !h.bloom.contains_hash(&hash)) {
+        let fresh = fresh_from.is_some_and(|f| recent.by_hash.get(&hash).is_some_and(|p| *p >= f));
+        if fresh || have.iter().all(|h| !h.bloom.contains_hash(&hash)) {
             to_send.insert(hash);
         }
     }
