@@ -618,6 +618,7 @@ impl HubCore {
                 .then(|| message.heads.clone())
                 .filter(|heads| !heads.is_empty());
             let mut merge = doc.list.receive_sync_message(state, message)?;
+            doc.list.settle_their_have(state);
             doc.heard_at.insert(c, doc.list.window_end());
             // Stock sync takes a message without changes whose heads are ours as "the
             // peer knows our heads" and will not name them to it. When an earlier frame

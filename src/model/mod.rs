@@ -724,6 +724,33 @@ impl TodoList {
         self.generate_with(state, None)
     }
 
+    /// Replaces what a peer's last message said it has (`their_have`: a Bloom filter of
+    /// its changes since some heads, 12 KiB for a peer that joined with a 10,000-change
+    /// history) by the same fact in a few bytes, when this replica has every change of
+    /// the peer's heads: the peer has exactly the ancestors of its heads, so "last sync:
+    /// its heads, nothing since" says what the filter says, minus the filter's false
+    /// positives (changes it would have withheld by mistake). A hub keeps one such state
+    /// per idle peer; the filter was most of it. Returns true when it replaced one.
+    pub fn settle_their_have(&self, state: &mut automerge::sync::State) -> bool {
+        let (Some(heads), Some(have)) = (&state.their_heads, &state.their_have) else {
+            return false;
+        };
+        let settled =
+            have.len() == 1 && have[0].last_sync == *heads && have[0].bloom.to_bytes().is_empty();
+        if settled
+            || heads
+                .iter()
+                .any(|h| self.doc.get_change_meta_by_hash(h).is_none())
+        {
+            return false;
+        }
+        state.their_have = Some(vec![automerge::sync::Have {
+            last_sync: heads.clone(),
+            bloom: automerge::sync::BloomFilter::default(),
+        }]);
+        true
+    }
+
     /// Where the next change applied will stand in the recent-changes window: taken
     /// when a peer's message has been received, it tells the changes applied since.
     pub fn window_end(&self) -> u64 {
