@@ -1,16 +1,20 @@
-//! What a list costs in memory once a peer has synced it to a replica (the hub's case:
-//! a list it never saw arrives with its whole history in one sync). Counted with a
-//! global allocator that tracks live bytes, so the figures are exact and do not depend
-//! on the machine: one test in this binary, nothing else allocating meanwhile.
+//! What a list and an idle peer cost in memory: a list synced to a replica in one piece
+//! (the hub's case: a list it never saw arrives with its whole history), and a peer in
+//! step left idle at the hub. Counted with a global allocator that tracks live bytes, so
+//! the figures are exact and do not depend on the machine; the tests of this binary take
+//! turns (`MEASURING`), nothing else allocating meanwhile.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use automerge::sync;
 use common::{actor, patch, status, task, upsert};
+use swarmtodo::hub::core::{ConnId, HubConfig, HubCore, Input};
+use swarmtodo::hub::wire::{self, PeerId, WireMessage};
 use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
 use swarmtodo::model::{TodoList, WriteContext};
 use swarmtodo::proto::Status;
@@ -44,6 +48,9 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
+
+/// One measurement at a time.
+static MEASURING: Mutex<()> = Mutex::new(());
 
 fn live() -> usize {
     LIVE.load(Ordering::Relaxed)
@@ -103,6 +110,7 @@ fn sync_into(from: &mut automerge::Automerge, to: &mut TodoList) {
 #[test]
 fn a_list_synced_in_one_piece_keeps_a_bounded_window_and_shrinks_when_rebuilt() {
     let lead = lead_list();
+    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let mut peer = lead.doc().clone();
     drop(lead);
 
@@ -143,5 +151,75 @@ fn a_list_synced_in_one_piece_keeps_a_bounded_window_and_shrinks_when_rebuilt() 
     assert!(
         rebuilt_bytes < synced_bytes,
         "rebuilding gave nothing back ({synced_bytes} B → {rebuilt_bytes} B)"
+    );
+}
+
+/// What the hub core may keep for one idle peer in step (its connection, its sync
+/// state, its place in the window). Measured: about 1.3 KiB; a filter of these tests'
+/// history is 3.8 KiB.
+const IDLE_PEER_BYTES_MAX: usize = 3 * 1024;
+/// Peers that join in the idle-peer test.
+const IDLE_PEERS: u64 = 50;
+
+fn peer_id(n: u64) -> PeerId {
+    PeerId::new(format!("peer-{n}")).unwrap()
+}
+
+/// A peer that joins holding the list says "last sync: never" with a Bloom filter of
+/// its whole history (about 1.2 bytes per change); the hub must not keep that filter
+/// once it knows the peer's heads, or every idle agent costs it the history's filter.
+#[test]
+fn an_idle_peer_in_step_costs_the_hub_little_whatever_the_history() {
+    let lead = lead_list();
+    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let config = HubConfig::new(actor(0xA0));
+    let hub_id = config.peer_id.clone();
+    let mut core = HubCore::new(config);
+    let doc = swarmtodo::client::list_document_id("idle");
+    core.load_doc(doc, lead.doc().clone(), Vec::new());
+    let mut replica = lead.fork(actor(5));
+    let mut filters = 0;
+    let before = live();
+    for n in 1..=IDLE_PEERS {
+        let c = ConnId(n);
+        core.handle(0, Input::Connected(c));
+        let join = WireMessage::Join {
+            sender_id: peer_id(n),
+            supported_protocol_versions: Some(vec!["1".into()]),
+            peer_metadata: None,
+        };
+        core.handle(0, Input::Frame(c, wire::encode(&join)));
+        let mut state = sync::State::new();
+        for _ in 0..10 {
+            let Some(m) = replica.generate_sync_message(&mut state) else {
+                break;
+            };
+            filters += m.have.iter().map(|h| h.bloom.to_bytes().len()).sum::<usize>();
+            let frame = WireMessage::Sync {
+                sender_id: peer_id(n),
+                target_id: hub_id.clone(),
+                document_id: doc,
+                data: m.encode(),
+            };
+            let fx = core.handle(0, Input::Frame(c, wire::encode(&frame)));
+            for (_, bytes) in fx.sends.iter().filter(|(to, _)| *to == c) {
+                if let WireMessage::Sync { data, .. } = wire::decode(bytes).unwrap() {
+                    replica
+                        .receive_sync_message(&mut state, sync::Message::decode(&data).unwrap())
+                        .unwrap();
+                }
+            }
+        }
+    }
+    let per_peer = (live() - before) / IDLE_PEERS as usize;
+    let filter = filters / IDLE_PEERS as usize;
+    eprintln!("{per_peer} B per idle peer; its messages carried {filter} B of Bloom filters");
+    assert!(
+        filter > IDLE_PEER_BYTES_MAX,
+        "the peers' filters ({filter} B) are too small for this test to tell"
+    );
+    assert!(
+        per_peer <= IDLE_PEER_BYTES_MAX,
+        "the hub keeps {per_peer} B per idle peer (at most {IDLE_PEER_BYTES_MAX})"
     );
 }
