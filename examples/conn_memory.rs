@@ -5,48 +5,15 @@
 //! `cargo run --release --example conn_memory -- FILE [CONNS]`
 #![allow(clippy::print_stdout)] // A measuring tool: its output is the report.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use automerge::sync;
 use automerge::ActorId;
 use swarmtodo::hub::core::{ConnId, Effects, HubConfig, HubCore, Input};
 use swarmtodo::hub::wire::{self, PeerId, WireMessage};
+use swarmtodo::memory::live;
 use swarmtodo::model::TodoList;
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on to the system allocator unchanged; only the sizes
-// are counted.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size, Ordering::Relaxed);
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live() -> usize {
-    LIVE.load(Ordering::Relaxed)
-}
+static ALLOCATOR: swarmtodo::memory::Counting = swarmtodo::memory::Counting;
 
 fn peer(n: u64) -> PeerId {
     PeerId::new(format!("peer-{n}")).unwrap_or_else(|e| panic!("{e}"))

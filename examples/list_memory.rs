@@ -6,50 +6,18 @@
 //! the side-by-side bench's `target/side-by-side/seed-1000-tasks-60000-changes.automerge`.
 #![allow(clippy::print_stdout)] // A measuring tool: its output is the report.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use automerge::sync::{self, SyncDoc};
 use automerge::{ActorId, Automerge};
+use swarmtodo::memory::live;
 use swarmtodo::model::TodoList;
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on to the system allocator unchanged; only the sizes
-// are counted.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size, Ordering::Relaxed);
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: swarmtodo::memory::Counting = swarmtodo::memory::Counting;
 
 fn mib(bytes: usize) -> f64 {
     bytes as f64 / 1_048_576.0
-}
-
-fn live() -> usize {
-    LIVE.load(Ordering::Relaxed)
 }
 
 /// Changes applied in one piece before the rest are applied one at a time.

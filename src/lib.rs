@@ -15,6 +15,7 @@ pub mod authority;
 pub mod client;
 pub mod config;
 pub mod hub;
+pub mod memory;
 pub mod model;
 pub mod sim;
 pub mod store;

@@ -7,54 +7,22 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use automerge::sync;
 use common::{actor, patch, status, task, upsert};
 use swarmtodo::hub::core::{ConnId, HubConfig, HubCore, Input};
 use swarmtodo::hub::wire::{self, PeerId, WireMessage};
+use swarmtodo::memory::live;
 use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
 use swarmtodo::model::{TodoList, WriteContext};
 use swarmtodo::proto::Status;
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on to the system allocator unchanged; only the sizes
-// are counted.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size, Ordering::Relaxed);
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: swarmtodo::memory::Counting = swarmtodo::memory::Counting;
 
 /// One measurement at a time.
 static MEASURING: Mutex<()> = Mutex::new(());
-
-fn live() -> usize {
-    LIVE.load(Ordering::Relaxed)
-}
 
 /// Tasks and changes of the list: a history three times the sync window.
 const TASKS: usize = 1_000;
@@ -194,7 +162,11 @@ fn an_idle_peer_in_step_costs_the_hub_little_whatever_the_history() {
             let Some(m) = replica.generate_sync_message(&mut state) else {
                 break;
             };
-            filters += m.have.iter().map(|h| h.bloom.to_bytes().len()).sum::<usize>();
+            filters += m
+                .have
+                .iter()
+                .map(|h| h.bloom.to_bytes().len())
+                .sum::<usize>();
             let frame = WireMessage::Sync {
                 sender_id: peer_id(n),
                 target_id: hub_id.clone(),
