@@ -384,3 +384,31 @@ fn concurrent_writers_are_answered_from_the_window() {
     assert!(fast > 1_000, "fast path taken {fast} times");
     assert_eq!(stock, 0, "concurrent writers never need the history");
 }
+
+/// The window grows by doubling up to its size and not past it; a copy of it (a fork)
+/// has exactly its length as capacity. A fork taken just short of a full window must
+/// keep recording (the growth step once asked for more than the room left).
+#[test]
+fn a_fork_just_short_of_a_full_window_keeps_recording() {
+    let mut list = TodoList::create(actor(1));
+    for n in 0..(SYNC_WINDOW_CHANGES - 5) {
+        let req = patch(vec![upsert(task(
+            &format!("t{}", n % 20),
+            &format!("v{n}"),
+        ))]);
+        list.write(&req, &WriteContext::new("lead", 0, n as u64))
+            .unwrap();
+    }
+    let mut fork = list.fork(actor(2));
+    let start = fork.window_end();
+    for n in 0..20u64 {
+        let req = patch(vec![upsert(task("f", &format!("f{n}")))]);
+        fork.write(&req, &WriteContext::new("lead", 0, 10_000 + n))
+            .unwrap();
+    }
+    assert_eq!(fork.window_end(), start + 20);
+    // And the window still answers: a peer one change behind is sent that change.
+    let mut peer = list.fork(actor(3));
+    peer.merge_from(&fork).unwrap();
+    assert_eq!(peer.heads(), fork.heads());
+}

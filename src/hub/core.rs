@@ -33,7 +33,7 @@ pub const COMPACT_AFTER_CHANGES: usize = 1_000;
 /// from the snapshot the hub is storing anyway (`TodoList::save_and_compact`). A
 /// document grown change by change holds several times the memory of the same document
 /// loaded (a 1,000-task list grown from 50,000 to 60,000 changes: 24 MiB more, 21.5 of
-/// them given back by the rebuild; `examples/inc_memory.rs`). The rebuild costs a load,
+/// them given back by the rebuild; `examples/list_memory.rs`). The rebuild costs a load,
 /// about 3.4 µs per change of history on the hub task (200 ms at 60,000 changes), so it
 /// runs only after growth by this share: about 14 µs per change, amortised.
 pub const REBUILD_AFTER_GROWTH_PERCENT: usize = 25;
@@ -1005,13 +1005,13 @@ pub fn events_of(session_id: &str, data: &[u8]) -> Vec<crate::proto::Event> {
 /// refuses stops the hub.
 const TASKS_CHANGED_BYTES_SPLIT: usize = 256 * 1024;
 
-/// The `tasks_changed` events of one merge: one, or several when its task changes are
-/// too large for one (each names the merge's agents and changes, and some of the tasks).
 /// The number of changes in a list's history.
 fn change_count(list: &TodoList) -> usize {
     usize::try_from(automerge::ReadDoc::stats(list.doc()).num_changes).unwrap_or(usize::MAX)
 }
 
+/// The `tasks_changed` events of one merge: one, or several when its task changes are
+/// too large for one (each names the merge's agents and changes, and some of the tasks).
 fn tasks_changed(list: &TodoList, m: &Merge) -> Vec<EventBody> {
     if m.tasks.is_empty() {
         return Vec::new();

@@ -164,8 +164,8 @@ impl Recent {
                 // (a first sync of a long history) must not leave a queue sized for
                 // all of its changes.
                 let len = self.entries.len();
-                self.entries
-                    .reserve_exact(len.clamp(16, SYNC_WINDOW_CHANGES - len).max(1));
+                let room = SYNC_WINDOW_CHANGES - len;
+                self.entries.reserve_exact(len.max(16).min(room).max(1));
             }
             self.entries.push_back(Entry {
                 hash,
