@@ -6,7 +6,7 @@
 mod common;
 
 use automerge::{sync, ActorId, ReadDoc};
-use common::{actor, patch, status, task, upsert};
+use common::{actor, list_with_history, patch, status, task, upsert};
 use swarmtodo::hub::core::{ConnId, Effects, HubConfig, HubCore, Input, CHANGE_WORK_UNITS};
 use swarmtodo::hub::wire::{self, DocumentId, PeerId, WireMessage};
 use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
@@ -20,23 +20,6 @@ const SYNC_WORK_PER_SECOND: i64 = 100_000;
 
 /// A V1 sync message with no heads and an empty Bloom filter: "send me everything".
 const SEND_ME_EVERYTHING: [u8; 7] = [0x42, 0, 0, 1, 0, 0, 0];
-
-/// A list of 50 tasks with `history` changes.
-fn list_with_history(history: usize) -> TodoList {
-    let mut lead = TodoList::create(actor(1));
-    let ops = (0..50)
-        .map(|i| upsert(task(&format!("t{i}"), &format!("Task {i}"))))
-        .collect();
-    lead.write(&patch(ops), &WriteContext::new("lead", 0, 1))
-        .unwrap();
-    let cycle = [Status::Pending, Status::Blocked, Status::Completed];
-    for n in 1..history {
-        let req = patch(vec![upsert(status(&format!("t{}", n % 50), cycle[n % 3]))]);
-        lead.write(&req, &WriteContext::new("lead", 0, n as u64))
-            .unwrap();
-    }
-    lead
-}
 
 struct Hub {
     core: HubCore,
@@ -119,7 +102,7 @@ fn sync_replica(hub: &mut Hub, c: ConnId, list: &mut TodoList, state: &mut sync:
 /// so for most writes to a hundred peers); the hub sends it at once.
 #[test]
 fn a_change_made_after_a_peers_message_reaches_it_whatever_its_bloom_filter_says() {
-    let list = list_with_history(10);
+    let list = list_with_history(50, 10);
     let mut hub = Hub::with(&list);
     let (a, b) = (hub.join(1, 0), hub.join(2, 0));
     let mut writer = list.fork(actor(11));
@@ -169,7 +152,7 @@ fn a_change_made_after_a_peers_message_reaches_it_whatever_its_bloom_filter_says
 
 #[test]
 fn a_connection_re_requesting_the_whole_history_runs_out_of_budget() {
-    let list = list_with_history(SYNC_WINDOW_CHANGES + 100);
+    let list = list_with_history(50, SYNC_WINDOW_CHANGES + 100);
     let mut hub = Hub::with(&list);
     let stats = list.doc().stats();
     let cost = stats.num_changes as i64 * CHANGE_WORK_UNITS + stats.num_ops as i64;
@@ -211,7 +194,7 @@ fn a_connection_re_requesting_the_whole_history_runs_out_of_budget() {
 
 #[test]
 fn peers_in_step_never_walk_the_history_and_a_write_is_encoded_once() {
-    let list = list_with_history(SYNC_WINDOW_CHANGES + 100);
+    let list = list_with_history(50, SYNC_WINDOW_CHANGES + 100);
     let mut hub = Hub::with(&list);
     const PEERS: u64 = 8;
     let mut peers: Vec<(ConnId, TodoList, sync::State)> = (1..=PEERS)
@@ -306,7 +289,7 @@ fn peers_in_step_never_walk_the_history_and_a_write_is_encoded_once() {
 /// first sync of a 60,000-change history listed every change hash in one event.
 #[test]
 fn a_large_merge_makes_events_the_store_can_keep() {
-    let list = list_with_history(10);
+    let list = list_with_history(50, 10);
     let mut hub = Hub::with(&list);
     let c = hub.join(1, 0);
     let mut replica = list.fork(actor(2));

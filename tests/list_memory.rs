@@ -10,13 +10,12 @@ mod common;
 use std::sync::Mutex;
 
 use automerge::sync;
-use common::{actor, patch, status, task, upsert};
+use common::{actor, list_with_history};
 use swarmtodo::hub::core::{ConnId, HubConfig, HubCore, Input};
 use swarmtodo::hub::wire::{self, PeerId, WireMessage};
 use swarmtodo::memory::live;
 use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
-use swarmtodo::model::{TodoList, WriteContext};
-use swarmtodo::proto::Status;
+use swarmtodo::model::TodoList;
 
 #[global_allocator]
 static ALLOCATOR: swarmtodo::memory::Counting = swarmtodo::memory::Counting;
@@ -32,25 +31,6 @@ const CHANGES: usize = 3 * SYNC_WINDOW_CHANGES;
 /// heads after it, with the window's maps (measured: about 620 bytes for these
 /// one-field changes).
 const WINDOW_BYTES_PER_CHANGE_MAX: usize = 1_024;
-
-fn lead_list() -> TodoList {
-    let mut lead = TodoList::create(actor(1));
-    let ops = (0..TASKS)
-        .map(|i| upsert(task(&format!("t{i}"), &format!("Task {i}"))))
-        .collect();
-    lead.write(&patch(ops), &WriteContext::new("lead", 0, 1))
-        .unwrap();
-    let cycle = [Status::Pending, Status::Blocked, Status::Completed];
-    for n in 1..CHANGES {
-        let req = patch(vec![upsert(status(
-            &format!("t{}", n % TASKS),
-            cycle[n % 3],
-        ))]);
-        lead.write(&req, &WriteContext::new("lead", 0, n as u64))
-            .unwrap();
-    }
-    lead
-}
 
 /// Syncs `from` (a stock Automerge peer) into `to` until neither has more to say.
 fn sync_into(from: &mut automerge::Automerge, to: &mut TodoList) {
@@ -77,7 +57,7 @@ fn sync_into(from: &mut automerge::Automerge, to: &mut TodoList) {
 
 #[test]
 fn a_list_synced_in_one_piece_keeps_a_bounded_window_and_shrinks_when_rebuilt() {
-    let lead = lead_list();
+    let lead = list_with_history(TASKS, CHANGES);
     let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let mut peer = lead.doc().clone();
     drop(lead);
@@ -138,7 +118,7 @@ fn peer_id(n: u64) -> PeerId {
 /// once it knows the peer's heads, or every idle agent costs it the history's filter.
 #[test]
 fn an_idle_peer_in_step_costs_the_hub_little_whatever_the_history() {
-    let lead = lead_list();
+    let lead = list_with_history(TASKS, CHANGES);
     let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let config = HubConfig::new(actor(0xA0));
     let hub_id = config.peer_id.clone();

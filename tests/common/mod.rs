@@ -53,6 +53,27 @@ pub fn write(list: &mut TodoList, agent: &str, req: WriteRequest) {
         .unwrap_or_else(|e| panic!("{agent}'s write refused: {e}"));
 }
 
+/// A list of `tasks` tasks ("t0", …, created in one write by "lead" with actor 1), then
+/// `history - 1` more changes, each a status change of one task in turn.
+pub fn list_with_history(tasks: usize, history: usize) -> TodoList {
+    let mut lead = TodoList::create(actor(1));
+    let ops = (0..tasks)
+        .map(|i| upsert(task(&format!("t{i}"), &format!("Task {i}"))))
+        .collect();
+    lead.write(&patch(ops), &WriteContext::new("lead", 0, 1))
+        .unwrap_or_else(|e| panic!("creating the tasks: {e}"));
+    let cycle = [Status::Pending, Status::Blocked, Status::Completed];
+    for n in 1..history {
+        let req = patch(vec![upsert(status(
+            &format!("t{}", n % tasks),
+            cycle[n % 3],
+        ))]);
+        lead.write(&req, &WriteContext::new("lead", 0, n as u64))
+            .unwrap_or_else(|e| panic!("change {n}: {e}"));
+    }
+    lead
+}
+
 /// A hub list with tasks `ids` (content "Do <id>", pending, unowned), written by "lead".
 pub fn hub_with(ids: &[&str]) -> TodoList {
     let mut hub = TodoList::create(actor(0xA0));
