@@ -253,6 +253,25 @@ pub struct HubCore {
     owed: BTreeMap<DocumentId, Owed>,
 }
 
+/// What the last peer of a list got in one round of answers, for the next.
+#[derive(Debug, Default)]
+struct FanOut {
+    /// The last generation for a peer that only hears the news.
+    generated: Option<Generated>,
+    /// The last sync message made, and its frame for any peer.
+    encoded: Option<(sync::Message, wire::ToEach)>,
+}
+
+/// One generation of a sync message: the peer's state before and after, and whether
+/// it made a message (then [`FanOut::encoded`]'s).
+#[derive(Debug)]
+struct Generated {
+    before: sync::State,
+    heard_at: Option<u64>,
+    after: sync::State,
+    message: bool,
+}
+
 /// Who is owed a sync message about one list after a batch of inputs.
 #[derive(Debug, Default)]
 struct Owed {
@@ -484,21 +503,24 @@ impl HubCore {
             } => {
                 // Relayed as is to the others syncing the list; never stored.
                 if let Some(doc) = self.docs.get(&document_id) {
+                    let m = WireMessage::Ephemeral {
+                        target_id: remote.clone(),
+                        sender_id: remote,
+                        count,
+                        session_id,
+                        document_id,
+                        data,
+                    };
+                    let Some(each) = wire::ToEach::new(&m) else {
+                        return;
+                    };
                     for (&other, _) in doc.peers.iter().filter(|(o, _)| **o != c) {
                         if let Some(Conn {
                             state: ConnState::Ready(target),
                             ..
                         }) = self.conns.get(&other)
                         {
-                            let m = WireMessage::Ephemeral {
-                                sender_id: remote.clone(),
-                                target_id: target.clone(),
-                                count,
-                                session_id: session_id.clone(),
-                                document_id,
-                                data: data.clone(),
-                            };
-                            fx.sends.push((other, wire::encode(&m)));
+                            fx.sends.push((other, each.to(target)));
                         }
                     }
                 }
@@ -727,10 +749,10 @@ impl HubCore {
                         .filter(|t| !owed.sent.contains_key(t)),
                 );
             }
-            let mut last = None;
+            let mut fan_out = FanOut::default();
             for t in targets {
                 let sent = owed.sent.get(&t).map(|s| s.steps);
-                if !self.reply(now_ms, doc_id, t, sent, &mut last, fx) {
+                if !self.reply(now_ms, doc_id, t, sent, &mut fan_out, fx) {
                     over_budget.push((t, doc_id));
                 }
             }
@@ -743,15 +765,15 @@ impl HubCore {
     /// Generates and queues the sync message for peer `t` of list `doc_id`, if there is
     /// anything to say. `sent`: the stock sync steps the peer's own messages cost, when
     /// this answers them (charged, with this message's, to its work budget); false when
-    /// that budget is exhausted (nothing is sent). `last` is the last message encoded
-    /// for this list, reused when this one is the same.
+    /// that budget is exhausted (nothing is sent). `fan_out` is what the list's last
+    /// peer got, reused when this one is in the same state.
     fn reply(
         &mut self,
         now_ms: i64,
         doc_id: DocumentId,
         t: ConnId,
         sent: Option<u64>,
-        last: &mut Option<(sync::Message, Vec<u8>)>,
+        fan_out: &mut FanOut,
         fx: &mut Effects,
     ) -> bool {
         let Some(doc) = self.docs.get_mut(&doc_id) else {
@@ -768,11 +790,36 @@ impl HubCore {
             return true;
         };
         let target_id = target_id.clone();
+        let heard_at = doc.heard_at.get(&t).copied();
+        // A peer that only hears the news, in the state the last one was in, gets what
+        // it got: generating is a function of the list and the state (the peers of a
+        // list in step are all in one state, so one generation serves them all).
+        if sent.is_none() {
+            if let Some(same) = &fan_out.generated {
+                if same.heard_at == heard_at && same.before == *state {
+                    state.clone_from(&same.after);
+                    if same.message {
+                        if let Some((_, each)) = &fan_out.encoded {
+                            fx.sends.push((t, each.to(&target_id)));
+                        }
+                    }
+                    return true;
+                }
+            }
+        }
+        let before = sent.is_none().then(|| state.clone());
         let stock_before = doc.list.sync_counters().stock;
-        let m = match doc.heard_at.get(&t) {
-            Some(&at) => doc.list.generate_sync_message_after(state, at),
+        let m = match heard_at {
+            Some(at) => doc.list.generate_sync_message_after(state, at),
             None => doc.list.generate_sync_message(state),
         };
+        // A sender's message may replace the one encoded: the next peer generates anew.
+        fan_out.generated = before.map(|before| Generated {
+            before,
+            heard_at,
+            after: state.clone(),
+            message: m.is_some(),
+        });
         if let Some(sent) = sent {
             let steps = sent + doc.list.sync_counters().stock.saturating_sub(stock_before);
             let limits = self.config.sync_work;
@@ -783,21 +830,22 @@ impl HubCore {
         let Some(m) = m else {
             return true;
         };
-        let data = match last {
-            Some((lm, bytes)) if *lm == m => bytes.clone(),
+        let each = match &fan_out.encoded {
+            Some((last, each)) if *last == m => each,
             _ => {
-                let bytes = m.clone().encode();
-                *last = Some((m, bytes.clone()));
-                bytes
+                let out = WireMessage::Sync {
+                    document_id: doc_id,
+                    sender_id: self.config.peer_id.clone(),
+                    target_id: target_id.clone(),
+                    data: m.clone().encode(),
+                };
+                let Some(each) = wire::ToEach::new(&out) else {
+                    return true;
+                };
+                &fan_out.encoded.insert((m, each)).1
             }
         };
-        let out = WireMessage::Sync {
-            document_id: doc_id,
-            sender_id: self.config.peer_id.clone(),
-            target_id,
-            data,
-        };
-        fx.sends.push((t, wire::encode(&out)));
+        fx.sends.push((t, each.to(&target_id)));
         true
     }
 
@@ -956,31 +1004,33 @@ pub fn event_frames(
             }
         }
     }
-    // Peers of one list usually get the same events: encode each set once.
-    let mut encoded: BTreeMap<Vec<usize>, Option<Vec<u8>>> = BTreeMap::new();
+    // Peers of one list usually get the same events: encode each set once, for any
+    // target.
+    let mut encoded: BTreeMap<(DocumentId, Vec<usize>), Option<wire::ToEach>> = BTreeMap::new();
     let mut frames = Vec::new();
     for ((doc, conn), (peer, mine)) in per_peer {
-        let data = encoded.entry(mine.clone()).or_insert_with(|| {
-            let json = match mine.as_slice() {
-                [one] => serde_json::to_string(&events[*one]),
-                many => {
-                    serde_json::to_string(&many.iter().map(|i| &events[*i]).collect::<Vec<_>>())
-                }
-            };
-            minicbor::to_vec(json.ok()?.as_str()).ok()
-        });
-        let Some(data) = data.clone() else {
-            continue;
-        };
-        let m = WireMessage::Ephemeral {
-            sender_id: hub.clone(),
-            target_id: peer,
-            document_id: doc,
-            count: mine.last().map_or(0, |i| events[*i].seq),
-            session_id: EVENTS_SESSION.to_owned(),
-            data,
-        };
-        frames.push((conn, wire::encode(&m)));
+        let each = encoded
+            .entry((doc, mine))
+            .or_insert_with_key(|(doc, mine)| {
+                let json = match mine.as_slice() {
+                    [one] => serde_json::to_string(&events[*one]),
+                    many => {
+                        serde_json::to_string(&many.iter().map(|i| &events[*i]).collect::<Vec<_>>())
+                    }
+                };
+                let m = WireMessage::Ephemeral {
+                    sender_id: hub.clone(),
+                    target_id: peer.clone(),
+                    document_id: *doc,
+                    count: mine.last().map_or(0, |i| events[*i].seq),
+                    session_id: EVENTS_SESSION.to_owned(),
+                    data: minicbor::to_vec(json.ok()?.as_str()).ok()?,
+                };
+                wire::ToEach::new(&m)
+            });
+        if let Some(each) = each {
+            frames.push((conn, each.to(&peer)));
+        }
     }
     frames
 }

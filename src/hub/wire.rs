@@ -1113,9 +1113,32 @@ impl Writer {
 /// Messages built with strings beyond the limits of this module encode fine but
 /// [`decode`] will refuse them.
 pub fn encode(msg: &WireMessage) -> Vec<u8> {
-    let mut w = Writer::default();
+    match encode_parts(msg) {
+        Parts::Targeted(split, target) => split.to(target),
+        Parts::Whole(bytes) => bytes,
+    }
+}
+
+/// A message encoded whole, or split around its target id.
+enum Parts<'a> {
+    Targeted(ToEach, &'a PeerId),
+    Whole(Vec<u8>),
+}
+
+/// [`encode`]: messages with a mandatory target id are split around it.
+fn encode_parts(msg: &WireMessage) -> Parts<'_> {
     let kind = msg.type_name();
-    match msg {
+    let mut w = Writer::default();
+    // The map's head, `type`, `senderId`, then the key `targetId`: the same for every
+    // message with a mandatory target.
+    let head = |w: &mut Writer, fields: usize, sender_id: &PeerId| {
+        w.map(fields);
+        w.field("type", kind);
+        w.field("senderId", sender_id.as_str());
+        w.text("targetId");
+    };
+    let mut a = Writer::default();
+    let target = match msg {
         WireMessage::Join {
             sender_id,
             supported_protocol_versions,
@@ -1135,77 +1158,13 @@ pub fn encode(msg: &WireMessage) -> Vec<u8> {
                 w.text("peerMetadata");
                 w.metadata(m);
             }
-        }
-        WireMessage::Peer {
-            sender_id,
-            target_id,
-            selected_protocol_version,
-            peer_metadata,
-        } => {
-            w.map(4 + usize::from(peer_metadata.is_some()));
-            w.field("type", kind);
-            w.field("senderId", sender_id.as_str());
-            w.field("targetId", target_id.as_str());
-            w.field("selectedProtocolVersion", selected_protocol_version);
-            if let Some(m) = peer_metadata {
-                w.text("peerMetadata");
-                w.metadata(m);
-            }
+            return Parts::Whole(w.0);
         }
         WireMessage::Leave { sender_id } => {
             w.map(2);
             w.field("type", kind);
             w.field("senderId", sender_id.as_str());
-        }
-        WireMessage::Request {
-            sender_id,
-            target_id,
-            document_id,
-            data,
-        }
-        | WireMessage::Sync {
-            sender_id,
-            target_id,
-            document_id,
-            data,
-        } => {
-            w.map(5);
-            w.field("type", kind);
-            w.field("senderId", sender_id.as_str());
-            w.field("targetId", target_id.as_str());
-            w.field("documentId", &document_id.to_string());
-            w.text("data");
-            w.bytes(data);
-        }
-        WireMessage::DocUnavailable {
-            sender_id,
-            target_id,
-            document_id,
-        } => {
-            w.map(4);
-            w.field("type", kind);
-            w.field("senderId", sender_id.as_str());
-            w.field("targetId", target_id.as_str());
-            w.field("documentId", &document_id.to_string());
-        }
-        WireMessage::Ephemeral {
-            sender_id,
-            target_id,
-            document_id,
-            count,
-            session_id,
-            data,
-        } => {
-            w.map(7);
-            w.field("type", kind);
-            w.field("senderId", sender_id.as_str());
-            w.field("targetId", target_id.as_str());
-            w.field("documentId", &document_id.to_string());
-            w.text("count");
-            w.js_number(*count);
-            w.field("sessionId", session_id);
-            w.text("data");
-            w.bytes(data);
+            return Parts::Whole(w.0);
         }
         WireMessage::Error {
             sender_id,
@@ -1221,6 +1180,65 @@ pub fn encode(msg: &WireMessage) -> Vec<u8> {
                 w.field("targetId", id.as_str());
             }
             w.field("message", message);
+            return Parts::Whole(w.0);
+        }
+        WireMessage::Peer {
+            sender_id,
+            target_id,
+            selected_protocol_version,
+            peer_metadata,
+        } => {
+            head(&mut w, 4 + usize::from(peer_metadata.is_some()), sender_id);
+            a.field("selectedProtocolVersion", selected_protocol_version);
+            if let Some(m) = peer_metadata {
+                a.text("peerMetadata");
+                a.metadata(m);
+            }
+            target_id
+        }
+        WireMessage::Request {
+            sender_id,
+            target_id,
+            document_id,
+            data,
+        }
+        | WireMessage::Sync {
+            sender_id,
+            target_id,
+            document_id,
+            data,
+        } => {
+            head(&mut w, 5, sender_id);
+            a.field("documentId", &document_id.to_string());
+            a.text("data");
+            a.bytes(data);
+            target_id
+        }
+        WireMessage::DocUnavailable {
+            sender_id,
+            target_id,
+            document_id,
+        } => {
+            head(&mut w, 4, sender_id);
+            a.field("documentId", &document_id.to_string());
+            target_id
+        }
+        WireMessage::Ephemeral {
+            sender_id,
+            target_id,
+            document_id,
+            count,
+            session_id,
+            data,
+        } => {
+            head(&mut w, 7, sender_id);
+            a.field("documentId", &document_id.to_string());
+            a.text("count");
+            a.js_number(*count);
+            a.field("sessionId", session_id);
+            a.text("data");
+            a.bytes(data);
+            target_id
         }
         WireMessage::RemoteSubscriptionChange {
             sender_id,
@@ -1228,16 +1246,18 @@ pub fn encode(msg: &WireMessage) -> Vec<u8> {
             add,
             remove,
         } => {
-            w.map(3 + usize::from(!add.is_empty()) + usize::from(!remove.is_empty()));
-            w.field("type", kind);
-            w.field("senderId", sender_id.as_str());
-            w.field("targetId", target_id.as_str());
+            head(
+                &mut w,
+                3 + usize::from(!add.is_empty()) + usize::from(!remove.is_empty()),
+                sender_id,
+            );
             for (key, list) in [("add", add), ("remove", remove)] {
                 if !list.is_empty() {
-                    w.text(key);
-                    w.text_array(list.iter().map(StorageId::as_str));
+                    a.text(key);
+                    a.text_array(list.iter().map(StorageId::as_str));
                 }
             }
+            target_id
         }
         WireMessage::RemoteHeadsChanged {
             sender_id,
@@ -1245,24 +1265,63 @@ pub fn encode(msg: &WireMessage) -> Vec<u8> {
             document_id,
             new_heads,
         } => {
-            w.map(5);
-            w.field("type", kind);
-            w.field("senderId", sender_id.as_str());
-            w.field("targetId", target_id.as_str());
-            w.field("documentId", &document_id.to_string());
-            w.text("newHeads");
-            w.map(new_heads.len());
+            head(&mut w, 5, sender_id);
+            a.field("documentId", &document_id.to_string());
+            a.text("newHeads");
+            a.map(new_heads.len());
             for (storage_id, info) in new_heads {
-                w.text(storage_id.as_str());
-                w.map(2);
-                w.text("heads");
-                w.text_array(info.heads.iter().map(String::as_str));
-                w.text("timestamp");
-                w.js_number(info.timestamp);
+                a.text(storage_id.as_str());
+                a.map(2);
+                a.text("heads");
+                a.text_array(info.heads.iter().map(String::as_str));
+                a.text("timestamp");
+                a.js_number(info.timestamp);
             }
+            target_id
+        }
+    };
+    Parts::Targeted(
+        ToEach {
+            before: w.0,
+            after: a.0,
+        },
+        target,
+    )
+}
+
+/// One message for many peers, the same but for its `targetId` (a list's news from the
+/// hub to each of its peers): encoded once, around the target id. [`ToEach::to`] gives
+/// the bytes [`encode`] gives for the message with that target, at the cost of a copy
+/// instead of an encoding (the document id's base58check alone costs more).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToEach {
+    /// The map's head and every field before the target id's value.
+    before: Vec<u8>,
+    /// Every field after it.
+    after: Vec<u8>,
+}
+
+impl ToEach {
+    /// `msg` encoded for any target (its own `targetId` is left out); `None` for a
+    /// message without a mandatory target (`join`, `leave`, `error`).
+    pub fn new(msg: &WireMessage) -> Option<ToEach> {
+        match encode_parts(msg) {
+            Parts::Targeted(split, _) => Some(split),
+            Parts::Whole(_) => None,
         }
     }
-    w.0
+
+    /// The bytes of the message for `target`.
+    pub fn to(&self, target: &PeerId) -> Vec<u8> {
+        let target = target.as_str();
+        let mut w = Writer(Vec::with_capacity(
+            self.before.len() + self.after.len() + target.len() + 9,
+        ));
+        w.0.extend_from_slice(&self.before);
+        w.text(target);
+        w.0.extend_from_slice(&self.after);
+        w.0
+    }
 }
 
 #[cfg(test)]
@@ -2057,6 +2116,36 @@ mod tests {
         #[test]
         fn random_messages_round_trip(msg in arb_message()) {
             prop_assert_eq!(decode(&encode(&msg)).unwrap(), msg);
+        }
+
+        #[test]
+        fn a_message_for_each_target_is_that_message_encoded_with_its_target(
+            msg in arb_message(),
+            target in "[a-zA-Z0-9-]{1,40}",
+        ) {
+            let target = peer(&target);
+            let mut retargeted = msg.clone();
+            let has_target = match &mut retargeted {
+                WireMessage::Peer { target_id, .. }
+                | WireMessage::Request { target_id, .. }
+                | WireMessage::Sync { target_id, .. }
+                | WireMessage::DocUnavailable { target_id, .. }
+                | WireMessage::Ephemeral { target_id, .. }
+                | WireMessage::RemoteSubscriptionChange { target_id, .. }
+                | WireMessage::RemoteHeadsChanged { target_id, .. } => {
+                    *target_id = target.clone();
+                    true
+                }
+                WireMessage::Join { .. } | WireMessage::Leave { .. } | WireMessage::Error { .. } => false,
+            };
+            match ToEach::new(&msg) {
+                Some(each) => {
+                    prop_assert!(has_target);
+                    prop_assert_eq!(each.to(&target), encode(&retargeted));
+                    prop_assert_eq!(decode(&each.to(&target)).unwrap(), retargeted);
+                }
+                None => prop_assert!(!has_target),
+            }
         }
 
         #[test]

@@ -23,7 +23,13 @@
 //!   changes applied after `x`, so "is `x` an ancestor of these heads" is decided by a
 //!   walk that never leaves the window when `x` is in it.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
+
+/// The hash maps of this module are keyed by change hashes, which peers send: foldhash
+/// (seeded per process) costs a fraction of std's SipHash on 32 bytes, and sync runs
+/// these lookups for every peer of every write.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 use automerge::sync::{BloomFilter, ChunkList, Have, Message, MessageFlags, MessageVersion, State};
 use automerge::{Automerge, Change, ChangeHash};
@@ -102,13 +108,13 @@ pub(crate) struct Recent {
 impl Recent {
     /// An empty window at `heads`.
     pub(crate) fn at(heads: Vec<ChangeHash>) -> Recent {
-        let mut by_heads = HashMap::new();
+        let mut by_heads = HashMap::default();
         by_heads.insert(heads.clone(), 0);
         Recent {
             base_heads: heads,
             entries: VecDeque::new(),
             offset: 0,
-            by_hash: HashMap::new(),
+            by_hash: HashMap::default(),
             by_heads,
         }
     }
@@ -292,7 +298,7 @@ impl Recent {
             lowest = lowest.min(*self.by_hash.get(h)?);
         }
         let mut left = sent.clone();
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         let mut stack: Vec<ChangeHash> = heads.to_vec();
         while let Some(h) = stack.pop() {
             // Outside the window (older than all of it) or unknown: nothing in `sent`
@@ -552,7 +558,7 @@ pub(crate) fn need_and_have(
     } else {
         let queued: HashMap<ChangeHash, &Change> = pending.iter().map(|c| (c.hash(), c)).collect();
         let mut missing = BTreeSet::new();
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         let mut stack: Vec<ChangeHash> = state.their_heads.iter().flatten().copied().collect();
         while let Some(h) = stack.pop() {
             if recent.has_change(doc, &h) || !seen.insert(h) {
@@ -612,8 +618,8 @@ fn hashes_to_send(
         None => recent.since(&last_sync)?,
     };
     let in_since: HashSet<ChangeHash> = since.iter().map(|e| e.hash).collect();
-    let mut dependents: HashMap<ChangeHash, Vec<ChangeHash>> = HashMap::new();
-    let mut to_send: HashSet<ChangeHash> = HashSet::new();
+    let mut dependents: HashMap<ChangeHash, Vec<ChangeHash>> = HashMap::default();
+    let mut to_send: HashSet<ChangeHash> = HashSet::default();
     for e in &since {
         let hash = e.hash;
         for dep in e.deps.iter() {
