@@ -253,7 +253,7 @@ pub struct HubCore {
     owed: BTreeMap<DocumentId, Owed>,
 }
 
-/// What the last peer of a list got in one round of answers, for the next.
+/// What the last peers of a list got in one round of answers, for the next.
 #[derive(Debug, Default)]
 struct FanOut {
     /// The last generation for a peer that only hears the news.
@@ -262,14 +262,14 @@ struct FanOut {
     encoded: Option<(sync::Message, wire::ToEach)>,
 }
 
-/// One generation of a sync message: the peer's state before and after, and whether
-/// it made a message (then [`FanOut::encoded`]'s).
+/// One generation of a sync message: the peer's state before and after, and the frame
+/// it made (if any), for any peer.
 #[derive(Debug)]
 struct Generated {
     before: sync::State,
     heard_at: Option<u64>,
     after: sync::State,
-    message: bool,
+    frame: Option<wire::ToEach>,
 }
 
 /// Who is owed a sync message about one list after a batch of inputs.
@@ -503,6 +503,7 @@ impl HubCore {
             } => {
                 // Relayed as is to the others syncing the list; never stored.
                 if let Some(doc) = self.docs.get(&document_id) {
+                    // Encoded once for every other peer (the target id is cut out).
                     let m = WireMessage::Ephemeral {
                         target_id: remote.clone(),
                         sender_id: remote,
@@ -798,10 +799,8 @@ impl HubCore {
             if let Some(same) = &fan_out.generated {
                 if same.heard_at == heard_at && same.before == *state {
                     state.clone_from(&same.after);
-                    if same.message {
-                        if let Some((_, each)) = &fan_out.encoded {
-                            fx.sends.push((t, each.to(&target_id)));
-                        }
+                    if let Some(each) = &same.frame {
+                        fx.sends.push((t, each.to(&target_id)));
                     }
                     return true;
                 }
@@ -813,13 +812,8 @@ impl HubCore {
             Some(at) => doc.list.generate_sync_message_after(state, at),
             None => doc.list.generate_sync_message(state),
         };
-        // A sender's message may replace the one encoded: the next peer generates anew.
-        fan_out.generated = before.map(|before| Generated {
-            before,
-            heard_at,
-            after: state.clone(),
-            message: m.is_some(),
-        });
+        let states = before.map(|before| (before, state.clone()));
+        let made = m.is_some();
         if let Some(sent) = sent {
             let steps = sent + doc.list.sync_counters().stock.saturating_sub(stock_before);
             let limits = self.config.sync_work;
@@ -827,25 +821,33 @@ impl HubCore {
                 return false;
             }
         }
-        let Some(m) = m else {
-            return true;
-        };
-        let each = match &fan_out.encoded {
-            Some((last, each)) if *last == m => each,
-            _ => {
+        if let Some(m) = m {
+            if fan_out.encoded.as_ref().is_none_or(|(last, _)| *last != m) {
                 let out = WireMessage::Sync {
                     document_id: doc_id,
                     sender_id: self.config.peer_id.clone(),
                     target_id: target_id.clone(),
                     data: m.clone().encode(),
                 };
-                let Some(each) = wire::ToEach::new(&out) else {
-                    return true;
-                };
-                &fan_out.encoded.insert((m, each)).1
+                fan_out.encoded = wire::ToEach::new(&out).map(|each| (m, each));
             }
+        }
+        let each = if made {
+            fan_out.encoded.as_ref().map(|(_, each)| each)
+        } else {
+            None
         };
-        fx.sends.push((t, each.to(&target_id)));
+        if let Some((before, after)) = states {
+            fan_out.generated = Some(Generated {
+                before,
+                heard_at,
+                after,
+                frame: each.cloned(),
+            });
+        }
+        if let Some(each) = each {
+            fx.sends.push((t, each.to(&target_id)));
+        }
         true
     }
 
