@@ -36,6 +36,9 @@ struct World {
     reference: Automerge,
     peers: Vec<Peer>,
     writes: u64,
+    /// Whether the hub keeps its window for its peers after each step, as the hub
+    /// core does after answering (`TodoList::keep_window_for`).
+    keep_window: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +94,7 @@ impl World {
             reference,
             peers,
             writes: 0,
+            keep_window: true,
         }
     }
 
@@ -115,6 +119,14 @@ impl World {
     }
 
     fn run(&mut self, s: Step) {
+        self.step(s);
+        if self.keep_window {
+            self.hub
+                .keep_window_for(self.peers.iter().map(|p| &p.hub_fast));
+        }
+    }
+
+    fn step(&mut self, s: Step) {
         match s {
             Step::PeerWrites(p, t) => self.write(Some(p), t),
             Step::HubWrites(t) => self.write(None, t),
@@ -318,6 +330,63 @@ fn a_peer_behind_the_window_falls_back_and_returns() {
     }
     let end = w.hub.sync_counters();
     assert_eq!(end.stock, mid.stock, "back in step, back on the window");
+}
+
+/// A peer whose acknowledgements arrive late — an overloaded hub reads them seconds
+/// after they were sent — while the list moves on by more than the window: the window
+/// keeps what that peer still needs, so neither its messages nor the hub's answers walk
+/// the history; once it is back in step the window returns to its size. Equal to stock
+/// all along. Without keeping (the control), the same run needs the history.
+#[test]
+fn a_peer_whose_acknowledgements_lag_past_the_window_stays_on_it() {
+    let lag = SYNC_WINDOW_CHANGES + 500;
+    let mut stock_steps = Vec::new();
+    for keep in [true, false] {
+        let mut w = World::new(2);
+        w.keep_window = keep;
+        w.run(Step::PeerWrites(0, 0));
+        w.settle();
+        let before = w.hub.sync_counters();
+        let mut longest = 0;
+        for i in 0..lag {
+            w.run(Step::PeerWrites(0, (i % 6) as u8));
+            w.run(Step::PeerSends(0));
+            w.run(Step::HubReceives(0, false));
+            w.run(Step::HubSends(0));
+            w.run(Step::PeerReceives(0));
+            // Peer 1 hears every change and answers, but its answers wait in the
+            // hub's queue.
+            w.run(Step::HubSends(1));
+            w.run(Step::PeerReceives(1));
+            w.run(Step::PeerSends(1));
+            longest = longest.max(w.hub.window_len());
+        }
+        while !w.peers[1].to_hub.is_empty() {
+            w.run(Step::HubReceives(1, false));
+            w.run(Step::HubSends(1));
+            w.run(Step::PeerReceives(1));
+            longest = longest.max(w.hub.window_len());
+        }
+        let c = w.hub.sync_counters();
+        stock_steps.push(c.stock - before.stock);
+        w.settle();
+        if keep {
+            assert!(
+                longest > lag,
+                "the window kept the lagging peer's changes: {longest}"
+            );
+            assert_eq!(
+                w.hub.window_len(),
+                SYNC_WINDOW_CHANGES,
+                "back to its size once the peer caught up"
+            );
+        } else {
+            assert_eq!(longest, SYNC_WINDOW_CHANGES);
+        }
+    }
+    eprintln!("lagging peer: stock steps {stock_steps:?} (kept, not kept)");
+    assert_eq!(stock_steps[0], 0, "kept: the history is never walked");
+    assert!(stock_steps[1] > 0, "the control needs the history");
 }
 
 /// A peer that connects in step with a list longer than the window says "last sync:

@@ -757,6 +757,9 @@ impl HubCore {
                     over_budget.push((t, doc_id));
                 }
             }
+            if let Some(doc) = self.docs.get_mut(&doc_id) {
+                doc.list.keep_window_for(doc.peers.values());
+            }
         }
         for (c, doc_id) in over_budget {
             self.over_budget(c, doc_id, fx);

@@ -751,6 +751,22 @@ impl TodoList {
         true
     }
 
+    /// Keeps in the recent-changes window what the peers in `states` may still need
+    /// (see `sync::SYNC_WINDOW_CHANGES_MAX`): a hub calls it for a list's peers after
+    /// answering them, so that peers whose acknowledgements lag stay on the window's
+    /// path instead of making every message walk the history.
+    pub fn keep_window_for<'a>(
+        &mut self,
+        states: impl Iterator<Item = &'a automerge::sync::State>,
+    ) {
+        self.recent.keep_for(states);
+    }
+
+    /// Changes in the recent-changes window.
+    pub fn window_len(&self) -> usize {
+        self.recent.len()
+    }
+
     /// Where the next change applied will stand in the recent-changes window: taken
     /// when a peer's message has been received, it tells the changes applied since.
     pub fn window_end(&self) -> u64 {

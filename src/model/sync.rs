@@ -35,12 +35,23 @@ use automerge::sync::{BloomFilter, ChunkList, Have, Message, MessageFlags, Messa
 use automerge::{Automerge, Change, ChangeHash};
 
 /// Changes the sync window remembers per list (≈0.5 KiB each: the change's bytes, its
-/// hash and the heads after it). A peer whose last acknowledged heads are older than
-/// this many changes is synced by the stock path, whose cost follows the history. (An
-/// overloaded hub's peers can fall this far behind: the side-by-side bench saw it at
-/// 2,000 offered writes/s; 8,192 helped there but failed `tests/hub_core.rs`'s
-/// in-step test, not understood yet — see the note.)
+/// hash and the heads after it) when no peer needs older ones. A peer whose shared
+/// heads are older than the window is synced by the stock path, whose cost follows the
+/// history.
 pub const SYNC_WINDOW_CHANGES: usize = 1_024;
+
+/// Changes the window may hold while a peer still needs them ([`Recent::keep_from`]):
+/// an overloaded hub's acknowledgements arrive late, so its peers' shared heads fall
+/// behind by the hub's backlog. With a fixed window they fell out of it at 2,000
+/// offered writes/s in the side-by-side bench, every acknowledgement then walked the
+/// whole history, and the hub never caught up again. Past this many the oldest go
+/// whatever a peer needs (≈8 MiB for the list while it lasts).
+pub const SYNC_WINDOW_CHANGES_MAX: usize = 16_384;
+
+/// Changes kept below the oldest shared head a peer stands at: the walk back from a
+/// set of heads (`Recent::since`) may pass a little below the lowest of them when
+/// writers were concurrent.
+pub const SYNC_WINDOW_FLOOR_SLACK: u64 = 64;
 
 /// How many sync steps took the window and how many fell back to the stock functions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -103,6 +114,9 @@ pub(crate) struct Recent {
     by_hash: HashMap<ChangeHash, u64>,
     /// Sorted heads → the number of changes applied when they were the heads (absolute).
     by_heads: HashMap<Vec<ChangeHash>, u64>,
+    /// Entries from this absolute position on are kept past [`SYNC_WINDOW_CHANGES`]
+    /// (up to [`SYNC_WINDOW_CHANGES_MAX`]): a peer still needs them. `u64::MAX`: none.
+    keep_from: u64,
 }
 
 impl Recent {
@@ -116,6 +130,7 @@ impl Recent {
             offset: 0,
             by_hash: HashMap::default(),
             by_heads,
+            keep_from: u64::MAX,
         }
     }
 
@@ -163,14 +178,14 @@ impl Recent {
             let pos = self.offset + self.entries.len() as u64;
             self.by_hash.insert(hash, pos);
             self.by_heads.insert(heads.clone(), pos + 1);
-            if self.entries.len() == SYNC_WINDOW_CHANGES {
+            if self.full() {
                 self.evict_first();
             } else if self.entries.len() == self.entries.capacity() {
                 // Grow by doubling up to the window and not past it: a bulk record
                 // (a first sync of a long history) must not leave a queue sized for
                 // all of its changes.
                 let len = self.entries.len();
-                let room = SYNC_WINDOW_CHANGES - len;
+                let room = SYNC_WINDOW_CHANGES_MAX - len;
                 self.entries.reserve_exact(len.max(16).min(room).max(1));
             }
             self.entries.push_back(Entry {
@@ -185,6 +200,44 @@ impl Recent {
             tracing::debug!("sync window out of step with the document; starting over");
             *self = Recent::at(now);
         }
+    }
+
+    /// True when recording a change must first drop the oldest: the window is at its
+    /// size and no peer needs the oldest entry, or it is at its most.
+    fn full(&self) -> bool {
+        let len = self.entries.len();
+        len >= SYNC_WINDOW_CHANGES_MAX
+            || (len >= SYNC_WINDOW_CHANGES && self.offset < self.keep_from)
+    }
+
+    /// Keeps the entries a peer in one of `states` may still need: from a little below
+    /// the oldest of their shared heads that is in the window (peers whose shared heads
+    /// are older than the window, or who share none yet, are synced by the stock path
+    /// whatever the window keeps). Entries no longer needed beyond
+    /// [`SYNC_WINDOW_CHANGES`] go at once, and the memory with them.
+    pub(crate) fn keep_for<'a>(&mut self, states: impl Iterator<Item = &'a State>) {
+        let lowest = states
+            .flat_map(|s| &s.shared_heads)
+            .filter_map(|h| self.by_hash.get(h))
+            .min()
+            .copied();
+        self.keep_from = lowest.map_or(u64::MAX, |p| p.saturating_sub(SYNC_WINDOW_FLOOR_SLACK));
+        if self.entries.len() <= SYNC_WINDOW_CHANGES || self.offset >= self.keep_from {
+            return;
+        }
+        while self.entries.len() > SYNC_WINDOW_CHANGES && self.offset < self.keep_from {
+            self.evict_first();
+        }
+        if self.entries.capacity() > 2 * SYNC_WINDOW_CHANGES.max(self.entries.len()) {
+            self.entries.shrink_to_fit();
+            self.by_hash.shrink_to_fit();
+            self.by_heads.shrink_to_fit();
+        }
+    }
+
+    /// Changes in the window.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
     }
 
     /// The position the next change recorded will take (changes ever recorded, since
