@@ -7,7 +7,9 @@ mod common;
 
 use automerge::{sync, ActorId, ReadDoc};
 use common::{actor, list_with_history, patch, status, task, upsert};
-use swarmtodo::hub::core::{ConnId, Effects, HubConfig, HubCore, Input, CHANGE_WORK_UNITS};
+use swarmtodo::hub::core::{
+    ConnId, Effects, HubConfig, HubCore, Input, CHANGE_WORK_UNITS, FANOUT_DEFER_MAX_MS,
+};
 use swarmtodo::hub::wire::{self, DocumentId, PeerId, WireMessage};
 use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
 use swarmtodo::model::{TodoList, WriteContext};
@@ -277,6 +279,107 @@ fn peers_in_step_never_walk_the_history_and_a_write_is_encoded_once() {
     );
     assert!(after.fast - before.fast > 100, "{before:?} → {after:?}");
     assert_eq!(after.stock, before.stock, "no step walked the history");
+    let heads = hub.core.doc(&hub.doc).unwrap().list().heads();
+    for (_, l, _) in &peers {
+        assert_eq!(l.heads(), heads);
+    }
+}
+
+/// A hub with more input waiting (it is behind) answers the writers at once but sends
+/// a list's news to its other peers with a later batch's: one fan-out for several
+/// writes, never later than FANOUT_DEFER_MAX_MS, and at once when nothing waits.
+#[test]
+fn a_busy_hub_answers_writers_at_once_and_fans_out_once_for_several_batches() {
+    let list = list_with_history(20, 10);
+    let mut hub = Hub::with(&list);
+    let mut peers: Vec<(ConnId, TodoList, sync::State)> = (1..=3u64)
+        .map(|n| {
+            let c = hub.join(n, 0);
+            let mut l = list.fork(actor(10 + n as u8));
+            let mut s = sync::State::new();
+            sync_replica(&mut hub, c, &mut l, &mut s);
+            (c, l, s)
+        })
+        .collect();
+    let frame = |hub: &Hub, peers: &mut [(ConnId, TodoList, sync::State)], i: usize, t: &str| {
+        let (c, l, s) = &mut peers[i];
+        l.write(
+            &patch(vec![upsert(task(t, "Write it"))]),
+            &WriteContext::new("w", 0, i as u64),
+        )
+        .unwrap();
+        s.in_flight = false;
+        let data = l.generate_sync_message(s).unwrap().encode();
+        let f = wire::encode(&WireMessage::Sync {
+            sender_id: peer(c.0),
+            target_id: hub.id.clone(),
+            document_id: hub.doc,
+            data,
+        });
+        Input::Frame(*c, f)
+    };
+    let deliver = |peers: &mut [(ConnId, TodoList, sync::State)], fx: &Effects| {
+        for (c, l, s) in peers.iter_mut() {
+            for data in payloads(fx, *c) {
+                l.receive_sync_message(s, sync::Message::decode(&data).unwrap())
+                    .unwrap();
+            }
+        }
+    };
+    let (a, b, c) = (peers[0].0, peers[1].0, peers[2].0);
+
+    // Peer a writes while more input waits: a is answered, b and c are not (yet).
+    let f = frame(&hub, &mut peers, 0, "a1");
+    let fx = hub.core.handle_batch_deferring(0, [f], true);
+    assert_eq!(fx.commits.len(), 1);
+    assert_eq!(payloads(&fx, a).len(), 1, "the writer is answered: {fx:?}");
+    assert!(payloads(&fx, b).is_empty() && payloads(&fx, c).is_empty());
+    assert!(hub.core.news_deferred());
+    deliver(&mut peers, &fx);
+
+    // Peer b writes, still busy: b's answer brings it a's change too; c waits.
+    let f = frame(&hub, &mut peers, 1, "b1");
+    let fx = hub
+        .core
+        .handle_batch_deferring(FANOUT_DEFER_MAX_MS - 1, [f], true);
+    assert_eq!(fx.commits.len(), 1);
+    assert!(payloads(&fx, c).is_empty(), "{fx:?}");
+    deliver(&mut peers, &fx);
+    assert_eq!(
+        peers[1].1.heads(),
+        hub.core.doc(&hub.doc).unwrap().list().heads()
+    );
+
+    // The bound: however busy, the news goes out FANOUT_DEFER_MAX_MS after the first.
+    let fx = hub
+        .core
+        .handle_batch_deferring(FANOUT_DEFER_MAX_MS, [], true);
+    assert!(!hub.core.news_deferred());
+    let to_c = payloads(&fx, c);
+    assert_eq!(to_c.len(), 1, "one message for both writes: {fx:?}");
+    assert!(
+        payloads(&fx, b).is_empty(),
+        "b has everything already: {fx:?}"
+    );
+    deliver(&mut peers, &fx);
+    let heads = hub.core.doc(&hub.doc).unwrap().list().heads();
+    assert_eq!(
+        peers[2].1.heads(),
+        heads,
+        "c has both writes from that one message"
+    );
+    assert_eq!(peers[0].1.heads(), heads, "a has b's write");
+
+    // Nothing waiting: the news goes out with the batch that made it.
+    let f = frame(&hub, &mut peers, 2, "c1");
+    let fx = hub.core.handle_batch_deferring(100, [f], false);
+    assert!(!hub.core.news_deferred());
+    assert_eq!(payloads(&fx, a).len(), 1);
+    assert_eq!(payloads(&fx, b).len(), 1);
+    deliver(&mut peers, &fx);
+    for (o, l, s) in peers.iter_mut() {
+        sync_replica(&mut hub, *o, l, s);
+    }
     let heads = hub.core.doc(&hub.doc).unwrap().list().heads();
     for (_, l, _) in &peers {
         assert_eq!(l.heads(), heads);

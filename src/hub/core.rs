@@ -251,7 +251,13 @@ pub struct HubCore {
     docs: BTreeMap<DocumentId, DocState>,
     /// Lists whose peers are owed a sync message once the inputs at hand are handled.
     owed: BTreeMap<DocumentId, Owed>,
+    /// Lists whose news waits for a later batch, since when (ms).
+    news: BTreeMap<DocumentId, i64>,
 }
+
+/// How long a busy hub may hold a list's news for its other peers to send it with a
+/// later batch's (see [`HubCore::handle_batch_deferring`]).
+pub const FANOUT_DEFER_MAX_MS: i64 = 20;
 
 /// What the last peers of a list got in one round of answers, for the next.
 #[derive(Debug, Default)]
@@ -300,6 +306,7 @@ impl HubCore {
             conns: BTreeMap::new(),
             docs: BTreeMap::new(),
             owed: BTreeMap::new(),
+            news: BTreeMap::new(),
         }
     }
 
@@ -363,12 +370,35 @@ impl HubCore {
         now_ms: i64,
         inputs: impl IntoIterator<Item = Input>,
     ) -> Effects {
+        self.handle_batch_deferring(now_ms, inputs, false)
+    }
+
+    /// [`HubCore::handle_batch`] for a runtime that has `more_waiting` inputs queued
+    /// behind these: then the news of a list that changed goes to its other peers with
+    /// a later batch's (one fan-out for several batches), at most
+    /// [`FANOUT_DEFER_MAX_MS`] after the first of them, and at the latest with the first
+    /// batch after which nothing waits. The senders are answered at once (their writes'
+    /// acknowledgements are not deferred). A hub that is keeping up never defers; one
+    /// that is not fans out less often instead of falling further behind (each fan-out
+    /// costs a message and an acknowledgement per peer).
+    pub fn handle_batch_deferring(
+        &mut self,
+        now_ms: i64,
+        inputs: impl IntoIterator<Item = Input>,
+        more_waiting: bool,
+    ) -> Effects {
         let mut fx = Effects::default();
         for input in inputs {
             self.input(now_ms, input, &mut fx);
         }
-        self.answer(now_ms, &mut fx);
+        self.answer(now_ms, more_waiting, &mut fx);
         fx
+    }
+
+    /// Whether some list's news waits for a later batch (see
+    /// [`HubCore::handle_batch_deferring`]).
+    pub fn news_deferred(&self) -> bool {
+        !self.news.is_empty()
     }
 
     fn input(&mut self, now_ms: i64, input: Input, fx: &mut Effects) {
@@ -393,6 +423,12 @@ impl HubCore {
             Input::Disconnected(c) => self.drop_conn(c),
             Input::Frame(c, bytes) => self.frame(now_ms, c, &bytes, fx),
         }
+    }
+
+    /// Forgets a connection the runtime closed (a slow reader), without answering
+    /// anything: as [`Input::Disconnected`], whose late arrival is then a no-op.
+    pub fn forget(&mut self, c: ConnId) {
+        self.drop_conn(c);
     }
 
     fn drop_conn(&mut self, c: ConnId) {
@@ -735,14 +771,35 @@ impl HubCore {
     /// Sends what the inputs just handled owe: for each list, the senders first, then
     /// (if it changed) every other peer. Peers that were in step get the same message:
     /// it is encoded once.
-    fn answer(&mut self, now_ms: i64, fx: &mut Effects) {
+    fn answer(&mut self, now_ms: i64, defer: bool, fx: &mut Effects) {
         let mut over_budget = Vec::new();
-        for (doc_id, owed) in std::mem::take(&mut self.owed) {
+        let mut owed = std::mem::take(&mut self.owed);
+        for (doc_id, o) in &owed {
+            if o.moved {
+                self.news.entry(*doc_id).or_insert(now_ms);
+            }
+        }
+        // Lists whose news goes out now: all of them, unless deferring (then those
+        // whose news has waited long enough).
+        let due: Vec<DocumentId> = self
+            .news
+            .iter()
+            .filter(|(_, since)| !defer || now_ms - **since >= FANOUT_DEFER_MAX_MS)
+            .map(|(d, _)| *d)
+            .collect();
+        for d in due {
+            self.news.remove(&d);
+            owed.entry(d).or_default().moved = true;
+        }
+        for (doc_id, owed) in owed {
             let Some(doc) = self.docs.get(&doc_id) else {
+                self.news.remove(&doc_id);
                 continue;
             };
             let mut targets = owed.senders;
-            if owed.moved {
+            // News owed since this batch or an earlier one; a peer answered as a sender
+            // meanwhile gets nothing more unless the list moved since (its state says so).
+            if owed.moved && !self.news.contains_key(&doc_id) {
                 targets.extend(
                     doc.peers
                         .keys()
@@ -978,21 +1035,17 @@ impl HubCore {
     }
 }
 
-/// The frames that push the events of durable commits (`seqs[i]` are `commits[i]`'s
-/// events' sequence numbers in the store) to the peers each commit names: one
+/// The frames that push the events of durable commits (each with its events' sequence
+/// numbers in the store and the time it was committed) to the peers each names: one
 /// `ephemeral` frame per peer and list for all of them (session [`EVENTS_SESSION`],
 /// `count` = the last seq), its data the CBOR text of the event's JSON — or of a JSON
 /// array of events when there are several. Under load a batch of merges costs each
 /// peer one frame, not one per write.
-pub fn event_frames(
-    hub: &PeerId,
-    commits: &[(&Commit, &[u64])],
-    at_ms: i64,
-) -> Vec<(ConnId, Vec<u8>)> {
+pub fn event_frames(hub: &PeerId, commits: &[(&Commit, &[u64], i64)]) -> Vec<(ConnId, Vec<u8>)> {
     // Every event once; then (list, peer) → the indexes of its events, in order.
     let mut events: Vec<crate::proto::Event> = Vec::new();
     let mut per_peer: BTreeMap<(DocumentId, ConnId), (PeerId, Vec<usize>)> = BTreeMap::new();
-    for (commit, seqs) in commits {
+    for &(commit, seqs, at_ms) in commits {
         for (body, &seq) in commit.events.iter().zip(seqs.iter()) {
             events.push(crate::proto::Event {
                 seq,

@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{http, Message};
 
-use super::core::{Close, ConnId, Effects, HubCore, Identity, Input};
+use super::core::{Close, ConnId, Effects, HubCore, Identity, Input, FANOUT_DEFER_MAX_MS};
 use super::wire::{DocumentId, MESSAGE_BYTES_MAX};
 use crate::store::Store;
 
@@ -454,9 +454,29 @@ async fn hub_task(
     mut rx: mpsc::Receiver<ToHub>,
 ) -> Result<(), ServeError> {
     let mut outboxes: BTreeMap<ConnId, Outbox> = BTreeMap::new();
+    let mut deferred_events = DeferredEvents::default();
     // A message taken from the queue while gathering a batch, handled next.
     let mut stashed: Option<ToHub> = None;
     loop {
+        // What a busy moment deferred goes out before the hub idles: when nothing
+        // waits, even after the connections had their turn to read (this task runs
+        // again before they do otherwise, and would always find the queue empty).
+        let deferred = core.news_deferred() || deferred_events.any();
+        if deferred && stashed.is_none() && rx.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        if deferred && stashed.is_none() && rx.is_empty() {
+            let fx = core.handle_batch(now_ms(), []);
+            perform(
+                &mut core,
+                &store,
+                &mut known,
+                &mut outboxes,
+                &mut deferred_events,
+                fx,
+            )
+            .await?;
+        }
         let msg = match stashed.take() {
             Some(m) => m,
             None => match rx.recv().await {
@@ -468,7 +488,15 @@ async fn hub_task(
             ToHub::Open(id, outbox, who) => {
                 outboxes.insert(id, outbox);
                 let fx = core.handle(now_ms(), Input::Connected(id));
-                perform(&mut core, &store, &mut known, &mut outboxes, fx).await?;
+                perform(
+                    &mut core,
+                    &store,
+                    &mut known,
+                    &mut outboxes,
+                    &mut deferred_events,
+                    fx,
+                )
+                .await?;
                 match who {
                     Some(who) => Input::Identified(id, who),
                     None => continue,
@@ -502,7 +530,10 @@ async fn hub_task(
                         Err(_) => break,
                     }
                 }
-                core.handle_batch(now_ms(), batch)
+                // More input waiting: the hub is behind, and a list's news may go out
+                // with a later batch's (one fan-out for several).
+                let more_waiting = stashed.is_some() || !rx.is_empty();
+                core.handle_batch_deferring(now_ms(), batch, more_waiting)
             }
             other => core.handle(now_ms(), other),
         };
@@ -511,7 +542,15 @@ async fn hub_task(
         let sends = fx.sends.len();
         let bulk = !fx.compactions.is_empty()
             || fx.commits.iter().map(|c| c.changes.len()).sum::<usize>() >= TRIM_AFTER_CHANGES;
-        let performed = perform(&mut core, &store, &mut known, &mut outboxes, fx).await;
+        let performed = perform(
+            &mut core,
+            &store,
+            &mut known,
+            &mut outboxes,
+            &mut deferred_events,
+            fx,
+        )
+        .await;
         if bulk {
             give_back_freed_memory();
         }
@@ -566,29 +605,65 @@ fn give_back_freed_memory() {
     }
 }
 
+/// The events of durable commits not pushed to the peers yet: while the core defers a
+/// list's news (a busy hub, see [`HubCore::handle_batch_deferring`]), its events wait
+/// with it, so that a peer hears of a change after it has it, and in one frame per
+/// peer for several batches.
+#[derive(Debug, Default)]
+struct DeferredEvents {
+    /// The commits, their events' sequence numbers and when they were committed.
+    commits: Vec<(super::core::Commit, Vec<u64>, i64)>,
+}
+
+impl DeferredEvents {
+    fn any(&self) -> bool {
+        !self.commits.is_empty()
+    }
+
+    /// The frames of every deferred event, when they are due: the core holds no news
+    /// any more, or the oldest has waited [`FANOUT_DEFER_MAX_MS`] (the core has sent its
+    /// list's news by then).
+    fn due_frames(&mut self, core: &HubCore, now_ms: i64) -> Vec<(ConnId, Vec<u8>)> {
+        let waited = self
+            .commits
+            .first()
+            .is_some_and(|(_, _, at)| now_ms - at >= FANOUT_DEFER_MAX_MS);
+        if self.commits.is_empty() || (core.news_deferred() && !waited) {
+            return Vec::new();
+        }
+        let commits = std::mem::take(&mut self.commits);
+        let done: Vec<(&super::core::Commit, &[u64], i64)> = commits
+            .iter()
+            .map(|(c, seqs, at)| (c, seqs.as_slice(), *at))
+            .collect();
+        super::core::event_frames(core.peer_id(), &done)
+    }
+}
+
 async fn perform(
     core: &mut HubCore,
     store: &Store,
     known: &mut BTreeSet<DocumentId>,
     outboxes: &mut BTreeMap<ConnId, Outbox>,
+    deferred: &mut DeferredEvents,
     fx: Effects,
 ) -> Result<(), ServeError> {
     // Durable first: nothing is relayed before it is on disk. A commit that fails stops
     // the hub: what is not durable must not be relayed or acknowledged.
     // All the merges of a batch go to disk in one transaction.
-    let mut events = Vec::new();
+    let at_ms = now_ms();
     if !fx.commits.is_empty() {
-        let at_ms = now_ms();
         let seqs = super::persist::commit_all(store, known, &fx.commits, at_ms)
             .await
             .map_err(|e| ServeError::Store(e.to_string()))?;
-        let done: Vec<(&super::core::Commit, &[u64])> = fx
-            .commits
-            .iter()
-            .zip(seqs.iter().map(Vec::as_slice))
-            .collect();
-        events = super::core::event_frames(core.peer_id(), &done, at_ms);
+        deferred.commits.extend(
+            fx.commits
+                .into_iter()
+                .zip(seqs)
+                .map(|(commit, seqs)| (commit, seqs, at_ms)),
+        );
     }
+    let events = deferred.due_frames(core, at_ms);
     for doc in fx.reloads {
         super::persist::reload(store, core, doc)
             .await
@@ -629,7 +704,7 @@ async fn perform(
                 });
             }
         }
-        let _ = core.handle(now_ms(), Input::Disconnected(id));
+        core.forget(id);
     }
     Ok(())
 }
