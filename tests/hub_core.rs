@@ -285,14 +285,15 @@ fn peers_in_step_never_walk_the_history_and_a_write_is_encoded_once() {
     }
 }
 
-/// A hub with more input waiting (it is behind) answers the writers at once but sends
-/// a list's news to its other peers with a later batch's: one fan-out for several
-/// writes, never later than FANOUT_DEFER_MAX_MS, and at once when nothing waits.
+/// A hub with more input waiting and several writes per batch (it is behind) answers
+/// the writers at once but sends a list's news to its other peers with a later batch's:
+/// one fan-out for several writes, never later than FANOUT_DEFER_MAX_MS, and at once
+/// when nothing waits or the batch holds a single write (a hub keeping up).
 #[test]
 fn a_busy_hub_answers_writers_at_once_and_fans_out_once_for_several_batches() {
     let list = list_with_history(20, 10);
     let mut hub = Hub::with(&list);
-    let mut peers: Vec<(ConnId, TodoList, sync::State)> = (1..=3u64)
+    let mut peers: Vec<(ConnId, TodoList, sync::State)> = (1..=4u64)
         .map(|n| {
             let c = hub.join(n, 0);
             let mut l = list.fork(actor(10 + n as u8));
@@ -326,61 +327,85 @@ fn a_busy_hub_answers_writers_at_once_and_fans_out_once_for_several_batches() {
             }
         }
     };
-    let (a, b, c) = (peers[0].0, peers[1].0, peers[2].0);
+    let (a, b, c, d) = (peers[0].0, peers[1].0, peers[2].0, peers[3].0);
+    let hub_heads = |hub: &Hub| hub.core.doc(&hub.doc).unwrap().list().heads();
 
-    // Peer a writes while more input waits: a is answered, b and c are not (yet).
-    let f = frame(&hub, &mut peers, 0, "a1");
-    let fx = hub.core.handle_batch_deferring(0, [f], true);
-    assert_eq!(fx.commits.len(), 1);
+    // Peers a and b write in one batch while more input waits: both are answered (each
+    // with the other's write too), c and d are not (yet).
+    let fs = [
+        frame(&hub, &mut peers, 0, "a1"),
+        frame(&hub, &mut peers, 1, "b1"),
+    ];
+    let fx = hub.core.handle_batch_deferring(0, fs, true);
+    assert_eq!(fx.commits.len(), 2, "one merge per write");
     assert_eq!(payloads(&fx, a).len(), 1, "the writer is answered: {fx:?}");
-    assert!(payloads(&fx, b).is_empty() && payloads(&fx, c).is_empty());
+    assert_eq!(payloads(&fx, b).len(), 1, "the writer is answered: {fx:?}");
+    assert!(payloads(&fx, c).is_empty() && payloads(&fx, d).is_empty());
     assert!(hub.core.news_deferred());
     deliver(&mut peers, &fx);
 
-    // Peer b writes, still busy: b's answer brings it a's change too; c waits.
-    let f = frame(&hub, &mut peers, 1, "b1");
+    // Again, still busy: c and d still wait.
+    let fs = [
+        frame(&hub, &mut peers, 0, "a2"),
+        frame(&hub, &mut peers, 1, "b2"),
+    ];
     let fx = hub
         .core
-        .handle_batch_deferring(FANOUT_DEFER_MAX_MS - 1, [f], true);
-    assert_eq!(fx.commits.len(), 1);
-    assert!(payloads(&fx, c).is_empty(), "{fx:?}");
-    deliver(&mut peers, &fx);
-    assert_eq!(
-        peers[1].1.heads(),
-        hub.core.doc(&hub.doc).unwrap().list().heads()
+        .handle_batch_deferring(FANOUT_DEFER_MAX_MS - 1, fs, true);
+    assert_eq!(fx.commits.len(), 2);
+    assert!(
+        payloads(&fx, c).is_empty() && payloads(&fx, d).is_empty(),
+        "{fx:?}"
     );
+    deliver(&mut peers, &fx);
+    assert_eq!(peers[0].1.heads(), hub_heads(&hub));
+    assert_eq!(peers[1].1.heads(), hub_heads(&hub));
 
     // The bound: however busy, the news goes out FANOUT_DEFER_MAX_MS after the first.
     let fx = hub
         .core
         .handle_batch_deferring(FANOUT_DEFER_MAX_MS, [], true);
     assert!(!hub.core.news_deferred());
-    let to_c = payloads(&fx, c);
-    assert_eq!(to_c.len(), 1, "one message for both writes: {fx:?}");
+    for (who, name) in [(c, "c"), (d, "d")] {
+        assert_eq!(
+            payloads(&fx, who).len(),
+            1,
+            "one message to {name} for four writes: {fx:?}"
+        );
+    }
     assert!(
-        payloads(&fx, b).is_empty(),
-        "b has everything already: {fx:?}"
+        payloads(&fx, a).is_empty() && payloads(&fx, b).is_empty(),
+        "a and b have everything already: {fx:?}"
     );
     deliver(&mut peers, &fx);
-    let heads = hub.core.doc(&hub.doc).unwrap().list().heads();
-    assert_eq!(
-        peers[2].1.heads(),
-        heads,
-        "c has both writes from that one message"
-    );
-    assert_eq!(peers[0].1.heads(), heads, "a has b's write");
+    let heads = hub_heads(&hub);
+    for (i, (_, l, _)) in peers.iter().enumerate() {
+        assert_eq!(l.heads(), heads, "peer {i} has all four writes");
+    }
+
+    // One write in the batch, even with more waiting: a hub keeping up; news at once.
+    let f = frame(&hub, &mut peers, 2, "c1");
+    let fx = hub.core.handle_batch_deferring(100, [f], true);
+    assert!(!hub.core.news_deferred());
+    for who in [a, b, c, d] {
+        assert_eq!(payloads(&fx, who).len(), 1, "{fx:?}");
+    }
+    deliver(&mut peers, &fx);
 
     // Nothing waiting: the news goes out with the batch that made it.
-    let f = frame(&hub, &mut peers, 2, "c1");
-    let fx = hub.core.handle_batch_deferring(100, [f], false);
+    let fs = [
+        frame(&hub, &mut peers, 3, "d1"),
+        frame(&hub, &mut peers, 0, "a3"),
+    ];
+    let fx = hub.core.handle_batch_deferring(200, fs, false);
     assert!(!hub.core.news_deferred());
-    assert_eq!(payloads(&fx, a).len(), 1);
     assert_eq!(payloads(&fx, b).len(), 1);
+    assert_eq!(payloads(&fx, c).len(), 1);
     deliver(&mut peers, &fx);
     for (o, l, s) in peers.iter_mut() {
         sync_replica(&mut hub, *o, l, s);
     }
-    let heads = hub.core.doc(&hub.doc).unwrap().list().heads();
+    let heads = hub_heads(&hub);
     for (_, l, _) in &peers {
         assert_eq!(l.heads(), heads);
     }

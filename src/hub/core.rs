@@ -259,6 +259,11 @@ pub struct HubCore {
 /// later batch's (see [`HubCore::handle_batch_deferring`]).
 pub const FANOUT_DEFER_MAX_MS: i64 = 20;
 
+/// Writes (frames that changed a list) a batch must hold, with more input waiting, for
+/// the hub to count as behind and defer news: a batch of one write is what a hub that
+/// keeps up sees (one agent at a time), and deferring there only adds latency.
+pub const FANOUT_DEFER_WRITERS_MIN: usize = 2;
+
 /// What the last peers of a list got in one round of answers, for the next.
 #[derive(Debug, Default)]
 struct FanOut {
@@ -374,8 +379,9 @@ impl HubCore {
     }
 
     /// [`HubCore::handle_batch`] for a runtime that has `more_waiting` inputs queued
-    /// behind these: then the news of a list that changed goes to its other peers with
-    /// a later batch's (one fan-out for several batches), at most
+    /// behind these: then, if the batch holds [`FANOUT_DEFER_WRITERS_MIN`] writes or
+    /// more, the news of a list that changed goes to its other peers with a later
+    /// batch's (one fan-out for several batches), at most
     /// [`FANOUT_DEFER_MAX_MS`] after the first of them, and at the latest with the first
     /// batch after which nothing waits. The senders are answered at once (their writes'
     /// acknowledgements are not deferred). A hub that is keeping up never defers; one
@@ -391,7 +397,15 @@ impl HubCore {
         for input in inputs {
             self.input(now_ms, input, &mut fx);
         }
-        self.answer(now_ms, more_waiting, &mut fx);
+        // One write in the batch is a hub keeping up with its writers (what waits is the
+        // acknowledgements of its last fan-out): its news goes out at once.
+        let writers: usize = self
+            .owed
+            .values()
+            .map(|o| o.sent.values().filter(|s| s.brought).count())
+            .sum();
+        let defer = more_waiting && writers >= FANOUT_DEFER_WRITERS_MIN;
+        self.answer(now_ms, defer, &mut fx);
         fx
     }
 
