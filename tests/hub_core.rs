@@ -84,6 +84,19 @@ fn payloads(fx: &Effects, c: ConnId) -> Vec<Vec<u8>> {
 }
 
 /// A replica syncing with the hub through the core until nothing moves.
+/// Peers 1..=n joined to the hub, each with a fork of `list` synced to it.
+fn peers_in_step(hub: &mut Hub, list: &TodoList, n: u64) -> Vec<(ConnId, TodoList, sync::State)> {
+    (1..=n)
+        .map(|n| {
+            let c = hub.join(n, 0);
+            let mut l = list.fork(actor(10 + n as u8));
+            let mut s = sync::State::new();
+            sync_replica(hub, c, &mut l, &mut s);
+            (c, l, s)
+        })
+        .collect()
+}
+
 fn sync_replica(hub: &mut Hub, c: ConnId, list: &mut TodoList, state: &mut sync::State) {
     for _ in 0..20 {
         state.in_flight = false;
@@ -199,15 +212,7 @@ fn peers_in_step_never_walk_the_history_and_a_write_is_encoded_once() {
     let list = list_with_history(50, SYNC_WINDOW_CHANGES + 100);
     let mut hub = Hub::with(&list);
     const PEERS: u64 = 8;
-    let mut peers: Vec<(ConnId, TodoList, sync::State)> = (1..=PEERS)
-        .map(|n| {
-            let c = hub.join(n, 0);
-            let mut l = list.fork(actor(10 + n as u8));
-            let mut s = sync::State::new();
-            sync_replica(&mut hub, c, &mut l, &mut s);
-            (c, l, s)
-        })
-        .collect();
+    let mut peers = peers_in_step(&mut hub, &list, PEERS);
     // Round 0 is the warm-up: a peer that joined with the hub's heads has said nothing
     // since its first message, whose Bloom filter covers the whole history ("last sync:
     // never"), so the first change sent to it is chosen by the stock path, once.
@@ -293,15 +298,7 @@ fn peers_in_step_never_walk_the_history_and_a_write_is_encoded_once() {
 fn a_busy_hub_answers_writers_at_once_and_fans_out_once_for_several_batches() {
     let list = list_with_history(20, 10);
     let mut hub = Hub::with(&list);
-    let mut peers: Vec<(ConnId, TodoList, sync::State)> = (1..=4u64)
-        .map(|n| {
-            let c = hub.join(n, 0);
-            let mut l = list.fork(actor(10 + n as u8));
-            let mut s = sync::State::new();
-            sync_replica(&mut hub, c, &mut l, &mut s);
-            (c, l, s)
-        })
-        .collect();
+    let mut peers = peers_in_step(&mut hub, &list, 4);
     let frame = |hub: &Hub, peers: &mut [(ConnId, TodoList, sync::State)], i: usize, t: &str| {
         let (c, l, s) = &mut peers[i];
         l.write(

@@ -450,32 +450,28 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>, 
 async fn hub_task(
     mut core: HubCore,
     store: Store,
-    mut known: BTreeSet<DocumentId>,
+    known: BTreeSet<DocumentId>,
     mut rx: mpsc::Receiver<ToHub>,
 ) -> Result<(), ServeError> {
-    let mut outboxes: BTreeMap<ConnId, Outbox> = BTreeMap::new();
-    let mut deferred_events = DeferredEvents::default();
+    let mut out = Relay {
+        store,
+        known,
+        outboxes: BTreeMap::new(),
+        deferred: DeferredEvents::default(),
+    };
     // A message taken from the queue while gathering a batch, handled next.
     let mut stashed: Option<ToHub> = None;
     loop {
         // What a busy moment deferred goes out before the hub idles: when nothing
         // waits, even after the connections had their turn to read (this task runs
         // again before they do otherwise, and would always find the queue empty).
-        let deferred = core.news_deferred() || deferred_events.any();
+        let deferred = core.news_deferred() || out.deferred.any();
         if deferred && stashed.is_none() && rx.is_empty() {
             tokio::task::yield_now().await;
         }
         if deferred && stashed.is_none() && rx.is_empty() {
             let fx = core.handle_batch(now_ms(), []);
-            perform(
-                &mut core,
-                &store,
-                &mut known,
-                &mut outboxes,
-                &mut deferred_events,
-                fx,
-            )
-            .await?;
+            perform(&mut core, &mut out, fx).await?;
         }
         let msg = match stashed.take() {
             Some(m) => m,
@@ -486,17 +482,9 @@ async fn hub_task(
         };
         let input = match msg {
             ToHub::Open(id, outbox, who) => {
-                outboxes.insert(id, outbox);
+                out.outboxes.insert(id, outbox);
                 let fx = core.handle(now_ms(), Input::Connected(id));
-                perform(
-                    &mut core,
-                    &store,
-                    &mut known,
-                    &mut outboxes,
-                    &mut deferred_events,
-                    fx,
-                )
-                .await?;
+                perform(&mut core, &mut out, fx).await?;
                 match who {
                     Some(who) => Input::Identified(id, who),
                     None => continue,
@@ -504,7 +492,7 @@ async fn hub_task(
             }
             ToHub::Input(i) => i,
             ToHub::Kick(id, close) => {
-                if let Some(outbox) = outboxes.remove(&id) {
+                if let Some(outbox) = out.outboxes.remove(&id) {
                     outbox.close(close);
                 }
                 continue;
@@ -512,7 +500,7 @@ async fn hub_task(
             ToHub::Shutdown => break,
         };
         if let Input::Disconnected(id) = &input {
-            outboxes.remove(id);
+            out.outboxes.remove(id);
         }
         let started = std::time::Instant::now();
         let fx = match input {
@@ -542,15 +530,7 @@ async fn hub_task(
         let sends = fx.sends.len();
         let bulk = !fx.compactions.is_empty()
             || fx.commits.iter().map(|c| c.changes.len()).sum::<usize>() >= TRIM_AFTER_CHANGES;
-        let performed = perform(
-            &mut core,
-            &store,
-            &mut known,
-            &mut outboxes,
-            &mut deferred_events,
-            fx,
-        )
-        .await;
+        let performed = perform(&mut core, &mut out, fx).await;
         if bulk {
             give_back_freed_memory();
         }
@@ -564,7 +544,7 @@ async fn hub_task(
             );
         }
         if let Err(e) = performed {
-            for (_, outbox) in std::mem::take(&mut outboxes) {
+            for (_, outbox) in std::mem::take(&mut out.outboxes) {
                 outbox.close(Close {
                     code: 1011,
                     reason: "store_failed".to_owned(),
@@ -574,7 +554,7 @@ async fn hub_task(
             return Err(e);
         }
     }
-    for (_, outbox) in outboxes {
+    for (_, outbox) in out.outboxes {
         outbox.close(Close {
             code: 1001,
             reason: "shutdown".to_owned(),
@@ -640,14 +620,22 @@ impl DeferredEvents {
     }
 }
 
-async fn perform(
-    core: &mut HubCore,
-    store: &Store,
-    known: &mut BTreeSet<DocumentId>,
-    outboxes: &mut BTreeMap<ConnId, Outbox>,
-    deferred: &mut DeferredEvents,
-    fx: Effects,
-) -> Result<(), ServeError> {
+/// What the hub task performs the core's effects with: the store, the lists it holds,
+/// the connections' outboxes, and the events waiting for their list's news.
+struct Relay {
+    store: Store,
+    known: BTreeSet<DocumentId>,
+    outboxes: BTreeMap<ConnId, Outbox>,
+    deferred: DeferredEvents,
+}
+
+async fn perform(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result<(), ServeError> {
+    let Relay {
+        store,
+        known,
+        outboxes,
+        deferred,
+    } = out;
     // Durable first: nothing is relayed before it is on disk. A commit that fails stops
     // the hub: what is not durable must not be relayed or acknowledged.
     // All the merges of a batch go to disk in one transaction.
