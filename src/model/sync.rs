@@ -40,7 +40,7 @@ use automerge::{Automerge, Change, ChangeHash};
 /// history.
 pub const SYNC_WINDOW_CHANGES: usize = 1_024;
 
-/// Changes the window may hold while a peer still needs them ([`Recent::keep_from`]):
+/// Changes the window may hold while a peer still needs them (`TodoList::keep_window_for`):
 /// an overloaded hub's acknowledgements arrive late, so its peers' shared heads fall
 /// behind by the hub's backlog. With a fixed window they fell out of it at 2,000
 /// offered writes/s in the side-by-side bench, every acknowledgement then walked the
@@ -216,11 +216,14 @@ impl Recent {
     /// whatever the window keeps). Entries no longer needed beyond
     /// [`SYNC_WINDOW_CHANGES`] go at once, and the memory with them.
     pub(crate) fn keep_for<'a>(&mut self, states: impl Iterator<Item = &'a State>) {
+        // A shared head the window starts from stands at its first position.
         let lowest = states
             .flat_map(|s| &s.shared_heads)
-            .filter_map(|h| self.by_hash.get(h))
-            .min()
-            .copied();
+            .filter_map(|h| match self.by_hash.get(h) {
+                Some(&pos) => Some(pos),
+                None => self.base_heads.contains(h).then_some(self.offset),
+            })
+            .min();
         self.keep_from = lowest.map_or(u64::MAX, |p| p.saturating_sub(SYNC_WINDOW_FLOOR_SLACK));
         if self.entries.len() <= SYNC_WINDOW_CHANGES || self.offset >= self.keep_from {
             return;
