@@ -338,22 +338,24 @@ impl Recent {
         self.entries.get(usize::try_from(pos - self.offset).ok()?)
     }
 
-    /// The stock `remove_ancestors(sent, heads)`: drops from `sent` every ancestor of
-    /// `heads` (inclusive). `None` when a hash in `sent` is older than the window (the
-    /// walk would leave it); `sent` is then untouched.
-    fn ancestors_removed(
+    /// What the stock `remove_ancestors(sent, heads)` drops from `sent`: the hashes in
+    /// `sent` that are ancestors of `heads` (inclusive). `None` when a hash in `sent` is
+    /// older than the window (the walk would leave it). Returned rather than applied so
+    /// that an acknowledgement costs what it acknowledges, not a copy of everything in
+    /// flight (a lagging peer has thousands).
+    fn ancestors_among(
         &self,
         sent: &BTreeSet<ChangeHash>,
         heads: &[ChangeHash],
-    ) -> Option<BTreeSet<ChangeHash>> {
+    ) -> Option<Vec<ChangeHash>> {
         if sent.is_empty() {
-            return Some(BTreeSet::new());
+            return Some(Vec::new());
         }
         let mut lowest = u64::MAX;
         for h in sent {
             lowest = lowest.min(*self.by_hash.get(h)?);
         }
-        let mut left = sent.clone();
+        let mut found = Vec::new();
         let mut seen = HashSet::default();
         let mut stack: Vec<ChangeHash> = heads.to_vec();
         while let Some(h) = stack.pop() {
@@ -365,15 +367,17 @@ impl Recent {
             if pos < lowest || !seen.insert(h) {
                 continue;
             }
-            left.remove(&h);
-            if left.is_empty() {
-                break;
+            if sent.contains(&h) {
+                found.push(h);
+                if found.len() == sent.len() {
+                    break;
+                }
             }
             if let Some(e) = self.entry(&h) {
                 stack.extend(e.deps.iter().copied());
             }
         }
-        Some(left)
+        Some(found)
     }
 }
 
@@ -397,7 +401,7 @@ pub(crate) fn receive_state(
         .filter(|h| recent.has_change(doc, h))
         .copied()
         .collect();
-    let Some(sent_left) = recent.ancestors_removed(&state.sent_hashes, &known) else {
+    let Some(acknowledged) = recent.ancestors_among(&state.sent_hashes, &known) else {
         return Err(message);
     };
     let Message {
@@ -425,7 +429,9 @@ pub(crate) fn receive_state(
         state.shared_heads = advance_heads(before, &after, &state.shared_heads);
     }
     // The stock function removes ancestors after a possible reset cleared the set.
-    state.sent_hashes.retain(|h| sent_left.contains(h));
+    for h in &acknowledged {
+        state.sent_hashes.remove(h);
+    }
     if changes.is_empty() && heads.as_slice() == before {
         state.last_sent_heads.clone_from(&heads);
     }
