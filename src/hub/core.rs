@@ -1055,11 +1055,12 @@ impl HubCore {
 /// `count` = the last seq), its data the CBOR text of the event's JSON — or of a JSON
 /// array of events when there are several. Under load a batch of merges costs each
 /// peer one frame, not one per write.
-pub fn event_frames(hub: &PeerId, commits: &[(&Commit, &[u64], i64)]) -> Vec<(ConnId, Vec<u8>)> {
+pub fn event_frames(hub: &PeerId, commits: &[(Commit, Vec<u64>, i64)]) -> Vec<(ConnId, Vec<u8>)> {
     // Every event once; then (list, peer) → the indexes of its events, in order.
     let mut events: Vec<crate::proto::Event> = Vec::new();
     let mut per_peer: BTreeMap<(DocumentId, ConnId), (PeerId, Vec<usize>)> = BTreeMap::new();
-    for &(commit, seqs, at_ms) in commits {
+    for (commit, seqs, at_ms) in commits {
+        let at_ms = *at_ms;
         for (body, &seq) in commit.events.iter().zip(seqs.iter()) {
             events.push(crate::proto::Event {
                 seq,

@@ -611,12 +611,7 @@ impl DeferredEvents {
         if self.commits.is_empty() || (core.news_deferred() && !waited) {
             return Vec::new();
         }
-        let commits = std::mem::take(&mut self.commits);
-        let done: Vec<(&super::core::Commit, &[u64], i64)> = commits
-            .iter()
-            .map(|(c, seqs, at)| (c, seqs.as_slice(), *at))
-            .collect();
-        super::core::event_frames(core.peer_id(), &done)
+        super::core::event_frames(core.peer_id(), &std::mem::take(&mut self.commits))
     }
 }
 
