@@ -319,12 +319,10 @@ impl Index {
         }
 
         let mut tasks = BTreeMap::new();
+        // The objects of new or replaced tasks were learned in pass 1 from the `Make`
+        // operations themselves (an object's parent is always made by a change it
+        // depends on, so it is known by then): no task is read back to find them.
         for (id, fields) in touched_all {
-            if fields.contains(TASK_ENTRY) {
-                if let Some(t) = self.tasks_obj.clone() {
-                    self.register_task_objects(doc, &t, &id);
-                }
-            }
             let before = self.refresh(doc, &id);
             let after = self.tasks.get(&id).map(|e| e.raw.clone());
             tasks.insert(
