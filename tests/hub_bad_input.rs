@@ -28,7 +28,9 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use common::*;
 use swarmtodo::client::{list_document_id, Connection};
-use swarmtodo::hub::server::{FRAME_BYTES_MAX, OUTBOX_FRAMES_MAX, WRITE_BUFFER_BYTES_MAX};
+use swarmtodo::hub::server::{
+    CLOSE_FLUSH_TIMEOUT, FRAME_BYTES_MAX, OUTBOX_FRAMES_MAX, WRITE_BUFFER_BYTES_MAX,
+};
 use swarmtodo::hub::syncmsg::{CHANGE_BYTES_MAX, INFLATED_BYTES_MAX};
 use swarmtodo::hub::wire::{self, DocumentId, PeerId, WireMessage, MESSAGE_BYTES_MAX};
 use swarmtodo::model::TodoList;
@@ -1321,8 +1323,13 @@ async fn slow_readers_do_not_pin_hub_memory() {
         slow.push(never_reading_peer(&hub.url, &format!("slow-{i}"), doc).await);
     }
     flood_ephemeral(&hub.url, doc, flood_frames(), EPHEMERAL_BYTES).await;
-    // The hub has closed them all as slow readers by now; give it time to let go.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The hub has closed them all as slow readers by now; give it time to let go: a
+    // closing connection spends up to CLOSE_FLUSH_TIMEOUT on the error and the close
+    // frame, and as long again on the close handshake, before its socket goes.
+    let deadline = Instant::now() + CLOSE_FLUSH_TIMEOUT * 2 + Duration::from_secs(1);
+    while hub.fd_count() > fds_before && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let rss_stuck = hub.rss_kib();
     let fds_stuck = hub.fd_count();
     hub.assert_alive("with slow readers");
@@ -1333,7 +1340,7 @@ async fn slow_readers_do_not_pin_hub_memory() {
     let rss_gone = hub.rss_kib();
     let fds_gone = hub.fd_count();
     eprintln!(
-        "slowmem: hub RSS {rss_before} KiB before, {rss_stuck} KiB 2 s after {SLOW} slow readers were closed (+{per} KiB each), {rss_gone} KiB once they disconnected; hub fds {fds_before} -> {fds_stuck} -> {fds_gone}"
+        "slowmem: hub RSS {rss_before} KiB before, {rss_stuck} KiB once {SLOW} slow readers were closed (+{per} KiB each), {rss_gone} KiB once they disconnected; hub fds {fds_before} -> {fds_stuck} -> {fds_gone}"
     );
     assert!(
         per < 16 * MIB && fds_stuck <= fds_before,
