@@ -389,6 +389,69 @@ fn a_peer_whose_acknowledgements_lag_past_the_window_stays_on_it() {
     assert!(stock_steps[1] > 0, "the control needs the history");
 }
 
+/// What the overloaded hub showed (side-by-side bench, 100 writers): writers whose
+/// messages wait in the hub's queue. Their changes reach the hub long after they were
+/// made, on top of what the writer had heard by then: the hub's state of a thousand
+/// changes earlier. What such a peer shares with the hub, what it says it last synced,
+/// and what the hub has in flight to it reach back that far; keeping the window for
+/// the lowest shared head alone (the newest change of a writer counts as shared as
+/// soon as it arrives) dropped them, and every later message of the peer went the
+/// stock way.
+#[test]
+fn writers_whose_messages_lag_stay_on_the_window() {
+    let mut w = World::new(3);
+    // A history long enough that a lagging peer's changes stay under a third of it
+    // (past that, stock sends the whole document, and so do we).
+    for i in 0..3_000u64 {
+        w.run(Step::HubWrites((i % 6) as u8));
+    }
+    w.settle();
+    let before = w.hub.sync_counters();
+    let mut longest = 0;
+    for i in 0..600 {
+        // Peer 0 writes fast and keeps up.
+        for t in 0..3 {
+            w.run(Step::PeerWrites(0, ((i + t) % 6) as u8));
+        }
+        w.run(Step::PeerSends(0));
+        w.run(Step::HubReceives(0, false));
+        w.run(Step::HubSends(0));
+        w.run(Step::PeerReceives(0));
+        // Peers 1 and 2 hear every change and write on top of it; what they say
+        // waits in the hub's queue, and the hub takes one of their messages every
+        // third step.
+        for p in [1, 2] {
+            w.run(Step::PeerWrites(p, (i % 6) as u8));
+            w.run(Step::HubSends(p));
+            w.run(Step::PeerReceives(p));
+            w.run(Step::PeerSends(p));
+            if i % 3 == p - 1 {
+                w.run(Step::HubReceives(p, false));
+            }
+        }
+        longest = longest.max(w.hub.window_len());
+    }
+    for p in [1, 2] {
+        while !w.peers[p].to_hub.is_empty() {
+            w.run(Step::HubReceives(p, false));
+            w.run(Step::HubSends(p));
+            w.run(Step::PeerReceives(p));
+        }
+    }
+    let c = w.hub.sync_counters();
+    w.settle();
+    eprintln!(
+        "lagging writers: {} window steps, {} stock; window up to {longest}",
+        c.fast - before.fast,
+        c.stock - before.stock
+    );
+    assert!(
+        longest > SYNC_WINDOW_CHANGES,
+        "the peers lagged past the window"
+    );
+    assert_eq!(c.stock - before.stock, 0, "the history is never walked");
+}
+
 /// A peer that connects in step with a list longer than the window says "last sync:
 /// never" with a Bloom filter of its whole history. The next change is answered from
 /// the window (the changes after the heads it sent), equal to stock, with no walk of the

@@ -90,16 +90,35 @@ impl Clone for Counters {
     }
 }
 
+/// The position of a dependency that was not in the window when its dependent was
+/// recorded.
+const NOT_IN_WINDOW: u64 = u64::MAX;
+
+/// Sets of heads up to this size are also looked up less one member when the window
+/// bounds their ancestry ([`Recent::low_of`]): a lookup each.
+const LOW_SUBSETS_MAX: usize = 16;
+
 /// One change of the window: what sync needs of it (its hash, its dependencies, its
 /// bytes), not the decoded `Change` — a `Change` is several hundred bytes before its
 /// heap parts, and the window holds [`SYNC_WINDOW_CHANGES`] of them per list.
 #[derive(Debug, Clone)]
 struct Entry {
     hash: ChangeHash,
+    /// Its absolute position (see [`Recent::end`]).
+    pos: u64,
     deps: Box<[ChangeHash]>,
+    /// The positions of its dependencies ([`NOT_IN_WINDOW`] for those older than the
+    /// window), so that a walk over the window follows them without hashing.
+    dep_pos: Box<[u64]>,
     bytes: Box<[u8]>,
     /// The replica's heads right after this change (sorted).
     heads_after: Vec<ChangeHash>,
+    /// A position before which every change is an ancestor of this one (absolute;
+    /// `None`: not known within the window). Under concurrent writers a change's
+    /// ancestry reaches far below its own position — a writer whose messages wait in
+    /// the hub's queue writes on top of what it heard long before — and a peer that
+    /// shares such a change with us still needs the window from there.
+    low: Option<u64>,
 }
 
 /// The last changes a replica applied, in order (see the module docs).
@@ -175,6 +194,12 @@ impl Recent {
                 .collect();
             heads.push(hash);
             heads.sort_unstable();
+            let low = self.low_of_deps(c.deps());
+            let dep_pos = c
+                .deps()
+                .iter()
+                .map(|d| self.by_hash.get(d).copied().unwrap_or(NOT_IN_WINDOW))
+                .collect();
             let pos = self.offset + self.entries.len() as u64;
             self.by_hash.insert(hash, pos);
             self.by_heads.insert(heads.clone(), pos + 1);
@@ -190,9 +215,12 @@ impl Recent {
             }
             self.entries.push_back(Entry {
                 hash,
+                pos,
                 deps: c.deps().into(),
+                dep_pos,
                 bytes: c.raw_bytes().into(),
                 heads_after: heads,
+                low,
             });
         }
         let now = doc.get_heads();
@@ -210,20 +238,76 @@ impl Recent {
             || (len >= SYNC_WINDOW_CHANGES && self.offset < self.keep_from)
     }
 
-    /// Keeps the entries a peer in one of `states` may still need: from a little below
-    /// the oldest of their shared heads that is in the window (peers whose shared heads
-    /// are older than the window, or who share none yet, are synced by the stock path
-    /// whatever the window keeps). Entries no longer needed beyond
-    /// [`SYNC_WINDOW_CHANGES`] go at once, and the memory with them.
+    /// A position before which every change is an ancestor of a change with
+    /// dependencies `deps` (`None`: not known within the window): the position at which
+    /// `deps` were this replica's heads (a writer writes on top of a state it heard),
+    /// else the highest such position of a dependency (its ancestors are ours).
+    fn low_of_deps(&self, deps: &[ChangeHash]) -> Option<u64> {
+        let mut key = deps.to_vec();
+        key.sort_unstable();
+        key.dedup();
+        self.low_of(&key)
+    }
+
+    /// [`Recent::low_of_deps`] for a sorted, deduplicated set of changes: a position
+    /// before which every change is an ancestor of one of them.
+    fn low_of(&self, sorted: &[ChangeHash]) -> Option<u64> {
+        let as_heads = self.by_heads.get(sorted).copied();
+        // A writer's heads are often a state it heard plus its own newest change.
+        let but_one = if sorted.len() > 1 && sorted.len() <= LOW_SUBSETS_MAX {
+            let mut rest = Vec::with_capacity(sorted.len() - 1);
+            (0..sorted.len())
+                .filter_map(|skip| {
+                    rest.clear();
+                    rest.extend(
+                        sorted
+                            .iter()
+                            .enumerate()
+                            .filter(|&(i, _)| i != skip)
+                            .map(|(_, h)| *h),
+                    );
+                    self.by_heads.get(&rest).copied()
+                })
+                .max()
+        } else {
+            None
+        };
+        let by_change = sorted
+            .iter()
+            .filter_map(|h| self.entry(h).and_then(|e| e.low))
+            .max();
+        as_heads.max(but_one).max(by_change)
+    }
+
+    /// Keeps the entries a peer in one of `states` may still need. For each peer, every
+    /// set of heads the window may be asked about — what it shares with us, what it
+    /// last said it synced, its heads — needs the window from where the changes stop
+    /// being all ancestors of that set ([`Recent::since`] walks back to there); what is
+    /// in flight to the peer is not older (a receive drops from it every ancestor of
+    /// the peer's heads), but for changes it asked for by hash. The window keeps from the lowest of those, less
+    /// [`SYNC_WINDOW_FLOOR_SLACK`]. Sets older than the window, and peers who share
+    /// nothing yet, are synced by the stock path whatever the window keeps. Entries no
+    /// longer needed beyond [`SYNC_WINDOW_CHANGES`] go at once, and the memory with them.
     pub(crate) fn keep_for<'a>(&mut self, states: impl Iterator<Item = &'a State>) {
-        // A shared head the window starts from stands at its first position.
-        let lowest = states
-            .flat_map(|s| &s.shared_heads)
-            .filter_map(|h| match self.by_hash.get(h) {
-                Some(&pos) => Some(pos),
-                None => self.base_heads.contains(h).then_some(self.offset),
-            })
-            .min();
+        let mut lowest: Option<u64> = None;
+        for s in states {
+            let have = s.their_have.iter().flatten().map(|h| &h.last_sync);
+            for set in [&s.shared_heads]
+                .into_iter()
+                .chain(have)
+                .chain(s.their_heads.as_ref())
+            {
+                if set.is_empty() {
+                    continue;
+                }
+                let mut key = set.clone();
+                key.sort_unstable();
+                key.dedup();
+                if let Some(low) = self.low_of(&key) {
+                    lowest = Some(lowest.map_or(low, |l| l.min(low)));
+                }
+            }
+        }
         self.keep_from = lowest.map_or(u64::MAX, |p| p.saturating_sub(SYNC_WINDOW_FLOOR_SLACK));
         if self.entries.len() <= SYNC_WINDOW_CHANGES || self.offset >= self.keep_from {
             return;
@@ -393,6 +477,7 @@ pub(crate) fn receive_state(
     before: &[ChangeHash],
 ) -> Result<(), Message> {
     if !recent.in_step(doc) {
+        tracing::debug!(why = "window out of step", "receive: no window answer");
         return Err(message);
     }
     let known: Vec<ChangeHash> = message
@@ -402,6 +487,16 @@ pub(crate) fn receive_state(
         .copied()
         .collect();
     let Some(acknowledged) = recent.ancestors_among(&state.sent_hashes, &known) else {
+        tracing::debug!(
+            why = "a change in flight is older than the window",
+            missing = state.sent_hashes.iter().filter(|h| !recent.by_hash.contains_key(h)).count(),
+            sent = state.sent_hashes.len(),
+            shared_pos = ?state.shared_heads.iter().map(|h| recent.by_hash.get(h).copied()).collect::<Vec<_>>(),
+            offset = recent.offset,
+            len = recent.entries.len(),
+            keep_from = recent.keep_from,
+            "receive: no window answer"
+        );
         return Err(message);
     };
     let Message {
@@ -505,26 +600,47 @@ pub(crate) fn generate(
         Vec::new()
     } else if let (Some(have), Some(need)) = (&state.their_have, &state.their_need) {
         if state.their_heads.as_deref() == Some(&[]) && v2 {
+            tracing::debug!(why = "the peer has nothing", "generate: no window answer");
             return None; // The whole document: the history, by definition.
         }
-        let hashes: Vec<ChangeHash> = hashes_to_send(
+        let (need_part, since_part) = hashes_to_send(
             doc,
             recent,
             have,
             need,
             state.their_heads.as_deref(),
             fresh_from,
-        )?
-        .into_iter()
-        .filter(|h| !state.sent_hashes.contains(h))
-        .collect();
-        if v2 && hashes.len() > change_count(doc) / 3 {
+        )
+        .or_else(|| {
+            tracing::debug!(
+                why = "the peer's last sync is older than the window",
+                "generate: no window answer"
+            );
+            None
+        })?;
+        let need_part: Vec<ChangeHash> = need_part
+            .into_iter()
+            .filter(|h| !state.sent_hashes.contains(h))
+            .collect();
+        let since_part: Vec<&Entry> = since_part
+            .into_iter()
+            .filter(|e| !state.sent_hashes.contains(&e.hash))
+            .collect();
+        let count = need_part.len() + since_part.len();
+        if v2 && count > change_count(doc) / 3 {
+            tracing::debug!(
+                why = "more than a third of the history to send",
+                hashes = count,
+                "generate: no window answer"
+            );
             return None;
         }
-        hashes
+        let mut changes: Vec<&Entry> = need_part
             .iter()
             .map(|h| recent.entry(h))
-            .collect::<Option<_>>()?
+            .collect::<Option<_>>()?;
+        changes.extend(since_part);
+        changes
     } else {
         Vec::new()
     };
@@ -541,7 +657,14 @@ pub(crate) fn generate(
     let our_have = if send_have {
         let bloom = BloomFilter::from_hashes(
             recent
-                .since(&state.shared_heads)?
+                .since(&state.shared_heads)
+                .or_else(|| {
+                    tracing::debug!(
+                        why = "the shared heads are older than the window",
+                        "generate: no window answer"
+                    );
+                    None
+                })?
                 .into_iter()
                 .map(|e| e.hash)
                 .collect::<Vec<_>>()
@@ -640,24 +763,34 @@ pub(crate) fn need_and_have(
     (need, have)
 }
 
-/// Stock `get_hashes_to_send`, from the window. With `fresh_from`, the window's
-/// changes from that position on are sent whatever the peer's Bloom filters say (see
+/// Stock `get_hashes_to_send`, from the window: the hashes the peer asked for that are
+/// not among the rest, then the window's changes to send, in order. With
+/// `fresh_from`, the window's changes from that position on are sent whatever the
+/// peer's Bloom filters say (see
 /// [`crate::model::TodoList::generate_sync_message_after`]).
-fn hashes_to_send(
+///
+/// Stock marks the changes its peer's filters do not hold, then adds, transitively,
+/// every change depending on a marked one. The window is in causal order (a change
+/// comes after its dependencies), so one pass in that order does both: a change is
+/// sent when the filters miss it or one of its dependencies is sent. A lagging peer
+/// has thousands of changes since its last sync, and this runs for every answer to
+/// it: the pass follows dependencies by position, with no hashing.
+#[allow(clippy::type_complexity)]
+fn hashes_to_send<'r>(
     doc: &Automerge,
-    recent: &Recent,
+    recent: &'r Recent,
     have: &[Have],
     need: &[ChangeHash],
     their_heads: Option<&[ChangeHash]>,
     fresh_from: Option<u64>,
-) -> Option<Vec<ChangeHash>> {
+) -> Option<(Vec<ChangeHash>, Vec<&'r Entry>)> {
     let need: Vec<ChangeHash> = need
         .iter()
         .filter(|h| recent.has_change(doc, h))
         .copied()
         .collect();
     if have.is_empty() {
-        return Some(need);
+        return Some((need, Vec::new()));
     }
     let last_sync: Vec<ChangeHash> = have
         .iter()
@@ -679,34 +812,41 @@ fn hashes_to_send(
         Some(after) => after,
         None => recent.since(&last_sync)?,
     };
-    let in_since: HashSet<ChangeHash> = since.iter().map(|e| e.hash).collect();
-    let mut dependents: HashMap<ChangeHash, Vec<ChangeHash>> = HashMap::default();
-    let mut to_send: HashSet<ChangeHash> = HashSet::default();
-    for e in &since {
-        let hash = e.hash;
-        for dep in e.deps.iter() {
-            // Stock walks the dependencies of every change; only those in `since` can
-            // be reached from `to_send`.
-            if in_since.contains(dep) {
-                dependents.entry(*dep).or_default().push(hash);
+    let (Some(first), Some(last)) = (since.first(), since.last()) else {
+        return Some((need, Vec::new()));
+    };
+    let base = first.pos;
+    let span = usize::try_from(last.pos - base).ok()? + 1;
+    let mut marked = vec![false; span];
+    let slot = move |pos: u64| {
+        pos.checked_sub(base)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|&i| i < span)
+    };
+    let mut to_send = Vec::new();
+    for e in since {
+        let fresh = fresh_from.is_some_and(|f| e.pos >= f);
+        let send = fresh
+            || have.iter().all(|h| !h.bloom.contains_hash(&e.hash))
+            || e.dep_pos.iter().any(|&p| slot(p).is_some_and(|i| marked[i]));
+        if send {
+            if let Some(i) = slot(e.pos) {
+                marked[i] = true;
             }
-        }
-        let fresh = fresh_from.is_some_and(|f| recent.by_hash.get(&hash).is_some_and(|p| *p >= f));
-        if fresh || have.iter().all(|h| !h.bloom.contains_hash(&hash)) {
-            to_send.insert(hash);
+            to_send.push(e);
         }
     }
-    let mut stack: Vec<ChangeHash> = to_send.iter().copied().collect();
-    while let Some(h) = stack.pop() {
-        for d in dependents.get(&h).into_iter().flatten() {
-            if to_send.insert(*d) {
-                stack.push(*d);
-            }
-        }
-    }
-    let mut out: Vec<ChangeHash> = need.into_iter().filter(|h| !to_send.contains(h)).collect();
-    out.extend(since.iter().map(|e| e.hash).filter(|h| to_send.contains(h)));
-    Some(out)
+    let need = need
+        .into_iter()
+        .filter(|h| {
+            recent
+                .by_hash
+                .get(h)
+                .and_then(|&p| slot(p))
+                .is_none_or(|i| !marked[i])
+        })
+        .collect();
+    Some((need, to_send))
 }
 
 fn change_count(doc: &Automerge) -> usize {
