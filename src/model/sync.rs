@@ -828,7 +828,9 @@ fn hashes_to_send<'r>(
         let fresh = fresh_from.is_some_and(|f| e.pos >= f);
         let send = fresh
             || have.iter().all(|h| !h.bloom.contains_hash(&e.hash))
-            || e.dep_pos.iter().any(|&p| slot(p).is_some_and(|i| marked[i]));
+            || e.dep_pos
+                .iter()
+                .any(|&p| slot(p).is_some_and(|i| marked[i]));
         if send {
             if let Some(i) = slot(e.pos) {
                 marked[i] = true;
