@@ -252,7 +252,11 @@ impl Recent {
     /// [`Recent::low_of_deps`] for a sorted, deduplicated set of changes: a position
     /// before which every change is an ancestor of one of them.
     fn low_of(&self, sorted: &[ChangeHash]) -> Option<u64> {
-        let as_heads = self.by_heads.get(sorted).copied();
+        // Every change before that position is an ancestor, the set's own included:
+        // nothing below can say more.
+        if let Some(&at) = self.by_heads.get(sorted) {
+            return Some(at);
+        }
         // A writer's heads are often a state it heard plus its own newest change.
         let but_one = if sorted.len() > 1 && sorted.len() <= LOW_SUBSETS_MAX {
             let mut rest = Vec::with_capacity(sorted.len() - 1);
@@ -276,7 +280,7 @@ impl Recent {
             .iter()
             .filter_map(|h| self.entry(h).and_then(|e| e.low))
             .max();
-        as_heads.max(but_one).max(by_change)
+        but_one.max(by_change)
     }
 
     /// Keeps the entries a peer in one of `states` may still need. For each peer, every
@@ -290,6 +294,9 @@ impl Recent {
     /// longer needed beyond [`SYNC_WINDOW_CHANGES`] go at once, and the memory with them.
     pub(crate) fn keep_for<'a>(&mut self, states: impl Iterator<Item = &'a State>) {
         let mut lowest: Option<u64> = None;
+        // Peers in step all hold the same sets (the list's heads): each distinct set
+        // is looked up once in a row, so a thousand peers cost a comparison each.
+        let mut last: Option<(&[ChangeHash], Option<u64>)> = None;
         for s in states {
             let have = s.their_have.iter().flatten().map(|h| &h.last_sync);
             for set in [&s.shared_heads]
@@ -300,10 +307,18 @@ impl Recent {
                 if set.is_empty() {
                     continue;
                 }
-                let mut key = set.clone();
-                key.sort_unstable();
-                key.dedup();
-                if let Some(low) = self.low_of(&key) {
+                let low = match last {
+                    Some((prev, low)) if prev == set.as_slice() => low,
+                    _ => {
+                        let mut key = set.clone();
+                        key.sort_unstable();
+                        key.dedup();
+                        let low = self.low_of(&key);
+                        last = Some((set.as_slice(), low));
+                        low
+                    }
+                };
+                if let Some(low) = low {
                     lowest = Some(lowest.map_or(low, |l| l.min(low)));
                 }
             }
