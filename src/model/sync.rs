@@ -615,8 +615,8 @@ pub(crate) fn generate(
         Vec::new()
     } else if let (Some(have), Some(need)) = (&state.their_have, &state.their_need) {
         if state.their_heads.as_deref() == Some(&[]) && v2 {
-            tracing::debug!(why = "the peer has nothing", "generate: no window answer");
-            return None; // The whole document: the history, by definition.
+            // The whole document: the history, by definition.
+            return no_answer("the peer has nothing");
         }
         let (need_part, since_part) = hashes_to_send(
             doc,
@@ -626,13 +626,7 @@ pub(crate) fn generate(
             state.their_heads.as_deref(),
             fresh_from,
         )
-        .or_else(|| {
-            tracing::debug!(
-                why = "the peer's last sync is older than the window",
-                "generate: no window answer"
-            );
-            None
-        })?;
+        .or_else(|| no_answer("the peer's last sync is older than the window"))?;
         let need_part: Vec<ChangeHash> = need_part
             .into_iter()
             .filter(|h| !state.sent_hashes.contains(h))
@@ -673,13 +667,7 @@ pub(crate) fn generate(
         let bloom = BloomFilter::from_hashes(
             recent
                 .since(&state.shared_heads)
-                .or_else(|| {
-                    tracing::debug!(
-                        why = "the shared heads are older than the window",
-                        "generate: no window answer"
-                    );
-                    None
-                })?
+                .or_else(|| no_answer("the shared heads are older than the window"))?
                 .into_iter()
                 .map(|e| e.hash)
                 .collect::<Vec<_>>()
@@ -722,6 +710,12 @@ pub(crate) fn generate(
         flags: Some(flags),
         version,
     }))
+}
+
+/// Why [`generate`] leaves a message to the stock function, logged; `None`.
+fn no_answer<T>(why: &'static str) -> Option<T> {
+    tracing::debug!(why, "generate: no window answer");
+    None
 }
 
 /// The change list of a sync message as stock automerge lays it out: one chunk with
