@@ -348,3 +348,65 @@ async fn synced_lists_follow_each_other_and_writes_made_offline_arrive_after_a_r
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A peer that was away while more than the hub's outbox bound (OUTBOX_BYTES_MAX) of
+/// changes landed gets them all in one sync message when it comes back: that one message
+/// must go out, not count the peer as a slow reader before a byte of it was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_back_after_more_than_an_outbox_of_changes_catches_up() {
+    use swarmtodo::hub::server::OUTBOX_BYTES_MAX;
+    use swarmtodo::proto::TASK_TEXT_BYTES_MAX;
+    const TASKS_PER_WRITE: usize = 32;
+    let dir = scratch("catch-up");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let doc = list_document_id("catch-up");
+    let mut lead = planned();
+    let mut c_lead = Connection::connect(&hub.url, "lead").await.unwrap();
+    c_lead.sync(doc, &mut lead).await.unwrap();
+    let mut away = TodoList::create(actor(2));
+    {
+        let mut c = Connection::connect(&hub.url, "away").await.unwrap();
+        c.sync(doc, &mut away).await.unwrap();
+        assert!(c.in_sync(doc, &away));
+        c.close().await.unwrap();
+    }
+    // Random text (it does not compress) until the changes outweigh the outbox.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut text = || -> String {
+        (0..TASK_TEXT_BYTES_MAX)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect()
+    };
+    let mut written = 0;
+    let mut w = 0;
+    // (Deflate takes random letters to ~60 %: twice the bound is sure to be over it.)
+    while written <= 2 * OUTBOX_BYTES_MAX {
+        let ops = (0..TASKS_PER_WRITE)
+            .map(|i| upsert(task(&format!("big-{w}-{i}"), &text())))
+            .collect();
+        write(&mut lead, "lead", patch(ops));
+        // One write per sync: a sync message must fit in a frame (FRAME_BYTES_MAX).
+        c_lead.sync(doc, &mut lead).await.unwrap();
+        written += TASKS_PER_WRITE * TASK_TEXT_BYTES_MAX;
+        w += 1;
+    }
+    assert!(c_lead.in_sync(doc, &lead), "the hub has every big write");
+
+    let mut c = Connection::connect(&hub.url, "away").await.unwrap();
+    let back = c.sync(doc, &mut away).await;
+    assert!(
+        back.is_ok(),
+        "the peer back after {w} writes ({} KiB) could not sync: {back:?}",
+        written / 1024
+    );
+    assert!(c.in_sync(doc, &away));
+    assert_eq!(away.read(), lead.read());
+    c.close().await.unwrap();
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -428,8 +428,13 @@ impl Swarm {
                 }
                 Some(_) => {}
                 None => anyhow::bail!(
-                    "{} of {n} agents in step after {SYNC_TIMEOUT:?}",
-                    synced.len()
+                    "{} of {n} agents in step after {SYNC_TIMEOUT:?}{}",
+                    synced.len(),
+                    if s.failures.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", s.failures.join("; "))
+                    }
                 ),
             }
         }

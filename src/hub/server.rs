@@ -28,7 +28,10 @@ pub const CONNECTIONS_MAX: usize = 10_000;
 /// Frames queued for one connection before it counts as a slow reader and is closed.
 pub const OUTBOX_FRAMES_MAX: usize = 256;
 /// Bytes queued for one connection before it counts as a slow reader and is closed
-/// (besides tungstenite's own write buffer): what one stalled peer can pin.
+/// (besides tungstenite's own write buffer). A frame is refused only when this much is
+/// queued already, so that one message larger than the bound (a peer back after a long
+/// absence gets everything it missed in one sync message) still goes out: what one
+/// stalled peer can pin is this plus one message (`MESSAGE_BYTES_MAX`).
 pub const OUTBOX_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// Inputs queued for the hub task (connections wait when it is full).
 pub const HUB_QUEUE_MAX: usize = 4_096;
@@ -93,11 +96,11 @@ impl Outbox {
         let _ = self.close.send(close);
     }
 
-    /// Queues a frame; `Err(true)` when the peer is too far behind (frames or bytes),
-    /// `Err(false)` when its connection is gone already.
+    /// Queues a frame; `Err(true)` when the peer is too far behind (frames, or
+    /// [`OUTBOX_BYTES_MAX`] queued already), `Err(false)` when its connection is gone.
     fn push(&self, frame: Vec<u8>) -> Result<(), bool> {
         let n = frame.len();
-        if self.queued_bytes.load(Ordering::Relaxed) + n > OUTBOX_BYTES_MAX {
+        if self.queued_bytes.load(Ordering::Relaxed) >= OUTBOX_BYTES_MAX {
             return Err(true);
         }
         self.queued_bytes.fetch_add(n, Ordering::Relaxed);
