@@ -1434,6 +1434,88 @@ async fn a_never_reading_peer_re_requesting_a_big_list_does_not_starve_others() 
 // 9. Many idle connections
 // ---------------------------------------------------------------------------------
 
+/// An idle connection costs the hub what it keeps for it, not its largest message. Every
+/// automerge peer's first sync message carries a Bloom filter of its whole history (73
+/// KiB at 60,000 changes), and the WebSocket library kept a read buffer of that size for
+/// the connection's life: 85 KiB per idle agent of a 60,000-change list in the side-by-side
+/// bench. Patched (vendor/README.md); this test fails without the patch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_first_message_is_not_kept_per_connection() {
+    const CONNS: usize = 100;
+    const BLOOM_HASHES: usize = 60_000;
+    /// KiB (93 without the patch, 19 with it in a debug build).
+    const PER_CONNECTION_MAX: u64 = 40;
+    let mut hub = NamedHub::start("bigfirst");
+    let name = "bloom";
+    let doc = list_document_id(name);
+    small_list(&hub.url, name).await;
+    probe(&hub.url, "before").await;
+    // A peer with nothing, whose filter says it has 60,000 changes (the hub has none of
+    // them: it sends the list, and keeps no filter for a peer without heads).
+    let hashes: Vec<automerge::ChangeHash> = (0..BLOOM_HASHES)
+        .map(|i| {
+            let mut h = [0u8; 32];
+            h.copy_from_slice(&sha2::Sha256::digest(i.to_le_bytes()));
+            automerge::ChangeHash(h)
+        })
+        .collect();
+    let first = automerge::sync::Message {
+        heads: Vec::new(),
+        need: Vec::new(),
+        have: vec![automerge::sync::Have {
+            last_sync: Vec::new(),
+            bloom: automerge::sync::BloomFilter::from_hashes(hashes.into_iter()),
+        }],
+        changes: automerge::sync::ChunkList::empty(),
+        flags: None,
+        version: automerge::sync::MessageVersion::V1,
+    }
+    .encode();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_before = hub.rss_kib();
+    let mut conns = Vec::with_capacity(CONNS);
+    for i in 0..CONNS {
+        let me = format!("bloom-{i}");
+        let (mut ws, hub_id) = joined(&hub.url, &me).await;
+        ws.send(Message::Binary(
+            sync_frame(&me, &hub_id, doc, first.clone()).into(),
+        ))
+        .await
+        .unwrap();
+        // The hub's answer (the list) arrives: the frame was read and handled.
+        loop {
+            let next = tokio::time::timeout(WAIT, ws.next())
+                .await
+                .expect("the hub answers the first message");
+            match next {
+                Some(Ok(Message::Binary(b))) => {
+                    if let Ok(WireMessage::Sync { .. }) = wire::decode(&b) {
+                        break;
+                    }
+                }
+                Some(Ok(_)) => {}
+                other => panic!("the hub closed a peer with a large first message: {other:?}"),
+            }
+        }
+        conns.push(ws);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_idle = hub.rss_kib();
+    let per = rss_idle.saturating_sub(rss_before) / CONNS as u64;
+    eprintln!(
+        "bigfirst: {CONNS} idle peers whose first message was {} KiB: hub RSS {rss_before} KiB -> {rss_idle} KiB: {per} KiB per connection",
+        first.len() / 1024
+    );
+    hub.assert_alive("with the peers idle");
+    assert!(
+        per < PER_CONNECTION_MAX,
+        "{per} KiB per idle connection after a {} KiB first message (bound {PER_CONNECTION_MAX} KiB)",
+        first.len() / 1024
+    );
+    probe(&hub.url, "after").await;
+    drop(conns);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_idle_connections_cost_little_and_the_hub_keeps_serving() {
     const IDLE: usize = 200;
