@@ -828,8 +828,17 @@ impl HubCore {
                     over_budget.push((t, doc_id));
                 }
             }
+            // What the peers still need from the window is looked at when the list
+            // moved (the window is consulted when it records a change) or while the
+            // window holds more than its size for lagging peers (so that it shrinks
+            // once they caught up). Not after every acknowledgement: at 1,000 peers that
+            // was a look at every peer for each of the 999 acknowledgements of a write.
+            // A floor left from an earlier batch only keeps more than needed, as peers'
+            // acknowledgements only move their sets forward.
             if let Some(doc) = self.docs.get_mut(&doc_id) {
-                doc.list.keep_window_for(doc.peers.values());
+                if owed.moved || doc.list.window_len() > crate::model::sync::SYNC_WINDOW_CHANGES {
+                    doc.list.keep_window_for(doc.peers.values());
+                }
             }
         }
         for (c, doc_id) in over_budget {
