@@ -9,6 +9,7 @@ use automerge::{sync, ActorId, ReadDoc};
 use common::{actor, list_with_history, patch, status, task, upsert};
 use swarmtodo::hub::core::{
     ConnId, Effects, HubConfig, HubCore, Input, CHANGE_WORK_UNITS, FANOUT_DEFER_MAX_MS,
+    FANOUT_HOLD_HEARD_MAX_MS, FANOUT_UNACKED_MAX,
 };
 use swarmtodo::hub::wire::{self, DocumentId, PeerId, WireMessage};
 use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
@@ -81,6 +82,20 @@ fn payloads(fx: &Effects, c: ConnId) -> Vec<Vec<u8>> {
             _ => None,
         })
         .collect()
+}
+
+/// Peer `c`'s next sync message as a frame for the core (it must have one).
+fn sync_frame(hub: &Hub, c: ConnId, list: &mut TodoList, state: &mut sync::State) -> Input {
+    let data = list.generate_sync_message(state).unwrap().encode();
+    Input::Frame(
+        c,
+        wire::encode(&WireMessage::Sync {
+            sender_id: peer(c.0),
+            target_id: hub.id.clone(),
+            document_id: hub.doc,
+            data,
+        }),
+    )
 }
 
 /// A replica syncing with the hub through the core until nothing moves.
@@ -406,6 +421,123 @@ fn a_busy_hub_answers_writers_at_once_and_fans_out_once_for_several_batches() {
     for (_, l, _) in &peers {
         assert_eq!(l.heads(), heads);
     }
+}
+
+/// A busy hub sends a peer that has not caught up with its messages at most
+/// FANOUT_UNACKED_MAX of them; more news waits until the peer's heads show it has the
+/// first (then one message brings everything), or until nothing waits in the hub's
+/// queue. A peer that keeps up is not held.
+#[test]
+fn a_busy_hub_holds_news_from_a_peer_behind_its_messages() {
+    let list = list_with_history(20, 10);
+    let mut hub = Hub::with(&list);
+    let mut peers = peers_in_step(&mut hub, &list, 5);
+    let (c, d) = (peers[2].0, peers[3].0);
+    let mut written = 0;
+    let mut answers: Vec<Input> = Vec::new();
+    // Rounds of two batches of three writes (by a, b and e: a Bloom filter's false
+    // positive can keep one of them for a round trip more) while busy, FANOUT_DEFER_MAX_MS
+    // apart: the first batch's news is deferred, and goes to the others with the
+    // second's. a, b, d and e take every message, and d answers it in the next batch; c
+    // takes none. Returns what c and d were sent.
+    let mut round =
+        |hub: &mut Hub, peers: &mut Vec<(ConnId, TodoList, sync::State)>, now: &mut i64| {
+            let (mut for_c, mut for_d) = (Vec::new(), Vec::new());
+            for _ in 0..2 {
+                let mut batch = std::mem::take(&mut answers);
+                for i in [0, 1, 4] {
+                    let (o, l, s) = &mut peers[i];
+                    written += 1;
+                    l.write(
+                        &patch(vec![upsert(task(&format!("w{written}"), "Write it"))]),
+                        &WriteContext::new("w", 0, written),
+                    )
+                    .unwrap();
+                    s.in_flight = false;
+                    batch.push(sync_frame(hub, *o, l, s));
+                }
+                let fx = hub.core.handle_batch_deferring(*now, batch, true);
+                for (o, l, s) in peers.iter_mut().filter(|(o, _, _)| *o != c) {
+                    for data in payloads(&fx, *o) {
+                        l.receive_sync_message(s, sync::Message::decode(&data).unwrap())
+                            .unwrap();
+                        if *o == d {
+                            answers.push(sync_frame(hub, *o, l, s));
+                        }
+                    }
+                }
+                for_c.extend(payloads(&fx, c));
+                for_d.extend(payloads(&fx, d));
+                *now += FANOUT_DEFER_MAX_MS;
+            }
+            (for_c, for_d)
+        };
+    let catch_up = |hub: &mut Hub,
+                    peers: &mut Vec<(ConnId, TodoList, sync::State)>,
+                    to_c: &mut Vec<Vec<u8>>,
+                    now: i64| {
+        let (o, l, s) = &mut peers[2];
+        for data in to_c.drain(..) {
+            l.receive_sync_message(s, sync::Message::decode(&data).unwrap())
+                .unwrap();
+        }
+        let f = sync_frame(hub, *o, l, s);
+        let fx = hub.core.handle_batch_deferring(now, [f], true);
+        let back = payloads(&fx, c);
+        assert!(back.len() <= 1, "c is answered with one message: {fx:?}");
+        for data in back {
+            l.receive_sync_message(s, sync::Message::decode(&data).unwrap())
+                .unwrap();
+        }
+        let heads = hub.core.doc(&hub.doc).unwrap().list().heads();
+        assert_eq!(l.heads(), heads, "c has everything");
+    };
+    let mut to_c = Vec::new();
+    let mut now = 0;
+    for r in 0..FANOUT_UNACKED_MAX + 2 {
+        let (for_c, for_d) = round(&mut hub, &mut peers, &mut now);
+        assert!(!for_d.is_empty(), "round {r}: d keeps up and is never held");
+        if r < FANOUT_UNACKED_MAX {
+            assert_eq!(for_c.len(), 1, "round {r}: c is sent the news");
+        } else {
+            assert!(
+                for_c.is_empty(),
+                "round {r}: c is {r} messages behind: held"
+            );
+            assert!(hub.core.news_deferred(), "c's news waits");
+        }
+        to_c.extend(for_c);
+    }
+    assert_eq!(to_c.len(), FANOUT_UNACKED_MAX);
+    // c reads what it was sent and answers: it is answered at once with everything
+    // held from it, in one message.
+    assert!(hub.core.news_deferred());
+    catch_up(&mut hub, &mut peers, &mut to_c, now);
+
+    // Behind again, until the hub's queue runs dry: then c gets the news.
+    for _ in 0..FANOUT_UNACKED_MAX + 1 {
+        let (for_c, _) = round(&mut hub, &mut peers, &mut now);
+        to_c.extend(for_c);
+    }
+    assert!(hub.core.news_deferred());
+    let fx = hub.core.handle_batch(now, []);
+    let dry = payloads(&fx, c);
+    assert_eq!(dry.len(), 1, "the queue ran dry: c is sent the news");
+    assert!(!hub.core.news_deferred());
+    to_c.extend(dry);
+    catch_up(&mut hub, &mut peers, &mut to_c, now);
+
+    // Behind again, and silent for FANOUT_HOLD_HEARD_MAX_MS: c is not held any more
+    // (a peer with nothing to say is not a peer that lags).
+    let heard = now;
+    for _ in 0..FANOUT_UNACKED_MAX + 1 {
+        let (for_c, _) = round(&mut hub, &mut peers, &mut now);
+        to_c.extend(for_c);
+    }
+    assert_eq!(to_c.len(), FANOUT_UNACKED_MAX, "held while it spoke lately");
+    now = now.max(heard + FANOUT_HOLD_HEARD_MAX_MS);
+    let (for_c, _) = round(&mut hub, &mut peers, &mut now);
+    assert_eq!(for_c.len(), 1, "silent for long: sent the news");
 }
 
 /// A write of many long tasks makes `tasks_changed` events the store can keep: the task

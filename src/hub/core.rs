@@ -10,7 +10,7 @@
 //! Every peer byte is validated before Automerge sees it (`wire::decode`,
 //! `syncmsg::validate`), and a bad frame affects only its connection.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use automerge::{sync, ActorId, Automerge, ChangeHash};
 
@@ -229,6 +229,11 @@ pub struct DocState {
     /// (`TodoList::window_end`): changes applied since are news to it, whatever its
     /// Bloom filter says (`TodoList::generate_sync_message_after`).
     heard_at: BTreeMap<ConnId, u64>,
+    /// Per connection, the window ends ([`TodoList::window_end`]) of the messages sent to
+    /// it that its heads did not cover yet, oldest first (see [`FANOUT_UNACKED_MAX`]).
+    unacked: BTreeMap<ConnId, VecDeque<u64>>,
+    /// Per connection, when its last message was received (the hub's clock, ms).
+    heard_ms: BTreeMap<ConnId, i64>,
     /// Changes committed since the last snapshot.
     since_compaction: usize,
     /// The list's number of changes when its document was last built in one piece
@@ -263,6 +268,23 @@ pub const FANOUT_DEFER_MAX_MS: i64 = 20;
 /// the hub to count as behind and defer news: a batch of one write is what a hub that
 /// keeps up sees (one agent at a time), and deferring there only adds latency.
 pub const FANOUT_DEFER_WRITERS_MIN: usize = 2;
+
+/// Sync messages a busy hub sends a peer that has not shown it has the first of them
+/// yet (its heads do not cover the list as it was when that one left); news for it waits
+/// beyond that, and goes in one message when its heads catch up, when it writes (a
+/// writer is answered at once), or when the hub's queue runs dry (see
+/// [`HubCore::handle_batch_deferring`]). Under overload a lagging peer otherwise gets a
+/// message per fan-out, each costing the hub what the peer lags by, and answers each.
+pub const FANOUT_UNACKED_MAX: usize = 4;
+
+/// A peer is held back by [`FANOUT_UNACKED_MAX`] only while it spoke this recently: a
+/// peer behind a busy hub keeps sending (its answers, its writes), while one that has
+/// everything may have nothing to answer a message that only named heads it had.
+pub const FANOUT_HOLD_HEARD_MAX_MS: i64 = 1_000;
+
+/// Window positions remembered per peer for [`FANOUT_UNACKED_MAX`] (the oldest go
+/// beyond this: a peer past the limit is held anyway).
+const UNACKED_KEPT_MAX: usize = 64;
 
 /// What the last peers of a list got in one round of answers, for the next.
 #[derive(Debug, Default)]
@@ -327,6 +349,8 @@ impl HubCore {
                 authority,
                 peers: BTreeMap::new(),
                 heard_at: BTreeMap::new(),
+                unacked: BTreeMap::new(),
+                heard_ms: BTreeMap::new(),
                 since_compaction: 0,
                 changes_at_rebuild,
             },
@@ -451,6 +475,8 @@ impl HubCore {
                 if let Some(doc) = self.docs.get_mut(&d) {
                     doc.peers.remove(&c);
                     doc.heard_at.remove(&c);
+                    doc.unacked.remove(&c);
+                    doc.heard_ms.remove(&c);
                 }
             }
         }
@@ -653,6 +679,8 @@ impl HubCore {
                     authority,
                     peers: BTreeMap::new(),
                     heard_at: BTreeMap::new(),
+                    unacked: BTreeMap::new(),
+                    heard_ms: BTreeMap::new(),
                     since_compaction: 0,
                     changes_at_rebuild: 0,
                 },
@@ -693,6 +721,19 @@ impl HubCore {
             let mut merge = doc.list.receive_sync_message(state, message)?;
             doc.list.settle_their_have(state);
             doc.heard_at.insert(c, doc.list.window_end());
+            doc.heard_ms.insert(c, now_ms);
+            if let Some(sent) = doc.unacked.get_mut(&c) {
+                let covered = state
+                    .their_heads
+                    .as_deref()
+                    .and_then(|heads| doc.list.window_covered_by(heads));
+                while sent
+                    .front()
+                    .is_some_and(|&at| covered.is_some_and(|c| at <= c))
+                {
+                    sent.pop_front();
+                }
+            }
             // Stock sync takes a message without changes whose heads are ours as "the
             // peer knows our heads" and will not name them to it. When an earlier frame
             // of this batch from the same peer brought those heads' changes, the peer
@@ -813,13 +854,29 @@ impl HubCore {
             let mut targets = owed.senders;
             // News owed since this batch or an earlier one; a peer answered as a sender
             // meanwhile gets nothing more unless the list moved since (its state says so).
+            // A busy hub holds it from peers FANOUT_UNACKED_MAX messages behind that
+            // spoke lately (FANOUT_HOLD_HEARD_MAX_MS).
+            let mut held = false;
             if owed.moved && !self.news.contains_key(&doc_id) {
-                targets.extend(
-                    doc.peers
-                        .keys()
-                        .copied()
-                        .filter(|t| !owed.sent.contains_key(t)),
-                );
+                for t in doc.peers.keys() {
+                    if owed.sent.contains_key(t) {
+                        continue;
+                    }
+                    if defer
+                        && doc
+                            .unacked
+                            .get(t)
+                            .is_some_and(|sent| sent.len() >= FANOUT_UNACKED_MAX)
+                        && doc
+                            .heard_ms
+                            .get(t)
+                            .is_some_and(|at| now_ms - at < FANOUT_HOLD_HEARD_MAX_MS)
+                    {
+                        held = true;
+                    } else {
+                        targets.push(*t);
+                    }
+                }
             }
             let mut fan_out = FanOut::default();
             for t in targets {
@@ -835,6 +892,9 @@ impl HubCore {
             // was a look at every peer for each of the 999 acknowledgements of a write.
             // A floor left from an earlier batch only keeps more than needed, as peers'
             // acknowledgements only move their sets forward.
+            if held {
+                self.news.entry(doc_id).or_insert(now_ms);
+            }
             if let Some(doc) = self.docs.get_mut(&doc_id) {
                 if owed.moved || doc.list.window_len() > crate::model::sync::SYNC_WINDOW_CHANGES {
                     doc.list.keep_window_for(doc.peers.values());
@@ -884,6 +944,7 @@ impl HubCore {
                     state.clone_from(&same.after);
                     if let Some(each) = &same.frame {
                         fx.sends.push((t, each.to(&target_id)));
+                        Self::note_sent(doc, t);
                     }
                     return true;
                 }
@@ -930,8 +991,30 @@ impl HubCore {
         }
         if let Some(each) = each {
             fx.sends.push((t, each.to(&target_id)));
+            Self::note_sent(doc, t);
         }
         true
+    }
+
+    /// Remembers that peer `t` was sent the list as it stands (see [`FANOUT_UNACKED_MAX`]),
+    /// unless the peer's heads cover it already: such a message (the last of a
+    /// handshake, say) only names heads the peer has, and it will not answer it.
+    fn note_sent(doc: &mut DocState, t: ConnId) {
+        let end = doc.list.window_end();
+        let covered = doc
+            .peers
+            .get(&t)
+            .and_then(|s| s.their_heads.as_deref())
+            .and_then(|heads| doc.list.window_covered_by(heads))
+            .is_some_and(|low| low >= end);
+        if covered {
+            return;
+        }
+        let sent = doc.unacked.entry(t).or_default();
+        if sent.len() >= UNACKED_KEPT_MAX {
+            sent.pop_front();
+        }
+        sent.push_back(end);
     }
 
     /// Charges connection `c` for the history work its message and our answer caused

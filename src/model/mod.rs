@@ -767,6 +767,16 @@ impl TodoList {
         self.recent.len()
     }
 
+    /// A window position before which every change is an ancestor of `heads` (`None`:
+    /// the window cannot tell): a peer whose heads these are has every change this
+    /// replica had when its window ended there ([`TodoList::window_end`]).
+    pub fn window_covered_by(&self, heads: &[automerge::ChangeHash]) -> Option<u64> {
+        let mut key = heads.to_vec();
+        key.sort_unstable();
+        key.dedup();
+        self.recent.low_of(&key)
+    }
+
     /// Where the next change applied will stand in the recent-changes window: taken
     /// when a peer's message has been received, it tells the changes applied since.
     pub fn window_end(&self) -> u64 {

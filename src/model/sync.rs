@@ -251,7 +251,7 @@ impl Recent {
 
     /// [`Recent::low_of_deps`] for a sorted, deduplicated set of changes: a position
     /// before which every change is an ancestor of one of them.
-    fn low_of(&self, sorted: &[ChangeHash]) -> Option<u64> {
+    pub(crate) fn low_of(&self, sorted: &[ChangeHash]) -> Option<u64> {
         // Every change before that position is an ancestor, the set's own included:
         // nothing below can say more.
         if let Some(&at) = self.by_heads.get(sorted) {

@@ -157,6 +157,20 @@ impl Queue {
         }
     }
 
+    /// Whether the next event is due by `until` and `wanted`.
+    pub fn next_is(&mut self, until: u64, wanted: impl Fn(&Event) -> bool) -> bool {
+        loop {
+            let Some(&std::cmp::Reverse((next_at, seq))) = self.heap.peek() else {
+                return false;
+            };
+            let Some(event) = self.events.get(&seq) else {
+                self.heap.pop();
+                continue;
+            };
+            return next_at <= until && wanted(event);
+        }
+    }
+
     /// Frames and closes in flight.
     pub fn frames_in_flight(&self) -> usize {
         self.frames

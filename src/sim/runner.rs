@@ -30,6 +30,11 @@ use crate::model::{TodoList, WriteContext};
 use crate::proto::{EventBody, Rule, Version, WriteRequest};
 use crate::store::Db;
 
+/// A frame for the hub due within this of a batch counts as input waiting behind it (a
+/// busy hub): the core may then defer a list's news and hold it from peers behind
+/// (`HubCore::handle_batch_deferring`).
+pub const HUB_BUSY_MS: u64 = 1;
+
 /// Simulated time 0, as the Unix milliseconds stamped on changes and events.
 pub const SIM_EPOCH_MS: i64 = 1_767_225_600_000;
 /// How often an agent checks for a stalled sync, simulated milliseconds.
@@ -605,7 +610,14 @@ impl<'a> Sim<'a> {
                         .map(|(c, bytes)| Input::Frame(c, bytes))
                         .collect();
                     if !inputs.is_empty() {
-                        self.hub_inputs(inputs)?;
+                        // A frame due within HUB_BUSY_MS is input waiting behind this
+                        // batch, as a busy server would have it queued: the core may
+                        // defer and hold news (`HubCore::handle_batch_deferring`), and
+                        // the next batch sends it.
+                        let more_waiting = self.queue.next_is(at + HUB_BUSY_MS, |e| {
+                            matches!(e, Event::Frame(_, Dir::ToHub, _))
+                        });
+                        self.hub_batch(inputs, more_waiting)?;
                     }
                 }
                 Event::Frame(c, Dir::ToAgent, bytes) => self.agent_frame(c, &bytes)?,
@@ -781,11 +793,15 @@ impl<'a> Sim<'a> {
     }
 
     fn hub_inputs(&mut self, inputs: Vec<Input>) -> Result<(), SimError> {
+        self.hub_batch(inputs, false)
+    }
+
+    fn hub_batch(&mut self, inputs: Vec<Input>, more_waiting: bool) -> Result<(), SimError> {
         let now_ms = self.epoch_ms();
         let Some(hub) = self.hub.as_mut() else {
             return Ok(());
         };
-        let fx = hub.handle_batch(now_ms, inputs);
+        let fx = hub.handle_batch_deferring(now_ms, inputs, more_waiting);
         // Durable first, then relay: the order the server keeps.
         for commit in fx.commits {
             self.persist(commit)?;
