@@ -733,6 +733,9 @@ impl HubCore {
                 {
                     sent.pop_front();
                 }
+                // Positions past the window's end are from before it started over.
+                let end = doc.list.window_end();
+                sent.retain(|&at| at <= end);
             }
             // Stock sync takes a message without changes whose heads are ours as "the
             // peer knows our heads" and will not name them to it. When an earlier frame
@@ -885,6 +888,9 @@ impl HubCore {
                     over_budget.push((t, doc_id));
                 }
             }
+            if held {
+                self.news.entry(doc_id).or_insert(now_ms);
+            }
             // What the peers still need from the window is looked at when the list
             // moved (the window is consulted when it records a change) or while the
             // window holds more than its size for lagging peers (so that it shrinks
@@ -892,9 +898,6 @@ impl HubCore {
             // was a look at every peer for each of the 999 acknowledgements of a write.
             // A floor left from an earlier batch only keeps more than needed, as peers'
             // acknowledgements only move their sets forward.
-            if held {
-                self.news.entry(doc_id).or_insert(now_ms);
-            }
             if let Some(doc) = self.docs.get_mut(&doc_id) {
                 if owed.moved || doc.list.window_len() > crate::model::sync::SYNC_WINDOW_CHANGES {
                     doc.list.keep_window_for(doc.peers.values());
