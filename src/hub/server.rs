@@ -46,7 +46,10 @@ pub const WRITE_COALESCE_FRAMES_MAX: usize = 64;
 pub const READ_BUFFER_BYTES: usize = 4 * 1024;
 /// WebSocket write buffer per connection before a flush.
 pub const WRITE_BUFFER_BYTES: usize = 4 * 1024;
-/// Most bytes tungstenite may hold unsent for one connection.
+/// Most bytes tungstenite may hold unsent for one connection. A message larger than
+/// this cannot be sent: the connection is closed (logged "write to the peer failed").
+/// A peer far behind is sent everything it lacks in one sync message, which can outgrow
+/// it (see the note on MESSAGE_BYTES_MAX catch-ups in ARCHITECTURE.md).
 pub const WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// A connection must finish the WebSocket handshake within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -314,7 +317,8 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>, 
                     // get through, so the write races it.
                     tokio::select! {
                         sent = write => {
-                            if sent.is_err() {
+                            if let Err(e) = sent {
+                                tracing::info!(conn = id.0, error = %e, "write to the peer failed: closing");
                                 break None;
                             }
                         }
