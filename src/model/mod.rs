@@ -771,10 +771,7 @@ impl TodoList {
     /// the window cannot tell): a peer whose heads these are has every change this
     /// replica had when its window ended there ([`TodoList::window_end`]).
     pub fn window_covered_by(&self, heads: &[automerge::ChangeHash]) -> Option<u64> {
-        let mut key = heads.to_vec();
-        key.sort_unstable();
-        key.dedup();
-        self.recent.low_of(&key)
+        self.recent.low_of_deps(heads)
     }
 
     /// Where the next change applied will stand in the recent-changes window: taken

@@ -241,8 +241,9 @@ impl Recent {
     /// A position before which every change is an ancestor of a change with
     /// dependencies `deps` (`None`: not known within the window): the position at which
     /// `deps` were this replica's heads (a writer writes on top of a state it heard),
-    /// else the highest such position of a dependency (its ancestors are ours).
-    fn low_of_deps(&self, deps: &[ChangeHash]) -> Option<u64> {
+    /// else the highest such position of a dependency (its ancestors are ours). Also a
+    /// peer's heads: the position up to which it has every change.
+    pub(crate) fn low_of_deps(&self, deps: &[ChangeHash]) -> Option<u64> {
         let mut key = deps.to_vec();
         key.sort_unstable();
         key.dedup();
@@ -251,7 +252,7 @@ impl Recent {
 
     /// [`Recent::low_of_deps`] for a sorted, deduplicated set of changes: a position
     /// before which every change is an ancestor of one of them.
-    pub(crate) fn low_of(&self, sorted: &[ChangeHash]) -> Option<u64> {
+    fn low_of(&self, sorted: &[ChangeHash]) -> Option<u64> {
         // Every change before that position is an ancestor, the set's own included:
         // nothing below can say more.
         if let Some(&at) = self.by_heads.get(sorted) {

@@ -139,36 +139,35 @@ impl Queue {
     /// The next event if it is due at `at` and `wanted` accepts it (the hub taking
     /// every frame that arrived in the same millisecond as one batch).
     pub fn pop_if(&mut self, at: u64, wanted: impl Fn(&Event) -> bool) -> Option<Event> {
+        let (next_at, seq) = self.peek_live()?;
+        if next_at != at || !self.events.get(&seq).is_some_and(wanted) {
+            return None;
+        }
+        self.heap.pop();
+        let event = self.events.remove(&seq)?;
+        if event.in_flight() {
+            self.frames -= 1;
+        }
+        Some(event)
+    }
+
+    /// The time and sequence number of the next event still queued (entries of events
+    /// taken out of order are dropped on the way).
+    fn peek_live(&mut self) -> Option<(u64, u64)> {
         loop {
             let &std::cmp::Reverse((next_at, seq)) = self.heap.peek()?;
-            let Some(event) = self.events.get(&seq) else {
-                self.heap.pop();
-                continue;
-            };
-            if next_at != at || !wanted(event) {
-                return None;
+            if self.events.contains_key(&seq) {
+                return Some((next_at, seq));
             }
             self.heap.pop();
-            let event = self.events.remove(&seq)?;
-            if event.in_flight() {
-                self.frames -= 1;
-            }
-            return Some(event);
         }
     }
 
     /// Whether the next event is due by `until` and `wanted`.
     pub fn next_is(&mut self, until: u64, wanted: impl Fn(&Event) -> bool) -> bool {
-        loop {
-            let Some(&std::cmp::Reverse((next_at, seq))) = self.heap.peek() else {
-                return false;
-            };
-            let Some(event) = self.events.get(&seq) else {
-                self.heap.pop();
-                continue;
-            };
-            return next_at <= until && wanted(event);
-        }
+        self.peek_live().is_some_and(|(next_at, seq)| {
+            next_at <= until && self.events.get(&seq).is_some_and(wanted)
+        })
     }
 
     /// Frames and closes in flight.
