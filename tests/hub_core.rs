@@ -6,7 +6,7 @@
 mod common;
 
 use automerge::{sync, ActorId, ReadDoc};
-use common::{actor, list_with_history, patch, status, task, upsert};
+use common::{actor, list_with_history, patch, status, task, upsert, write};
 use swarmtodo::hub::core::{
     ConnId, Effects, HubConfig, HubCore, Input, CHANGE_WORK_UNITS, FANOUT_DEFER_MAX_MS,
     FANOUT_HOLD_HEARD_MAX_MS, FANOUT_UNACKED_MAX,
@@ -544,6 +544,97 @@ fn a_busy_hub_holds_news_from_a_peer_behind_its_messages() {
 /// changes are split over several events, each well under `EVENT_BYTES_MAX` (a commit
 /// the store refuses would stop the hub). Found by the side-by-side bench: a list's
 /// first sync of a 60,000-change history listed every change hash in one event.
+/// A peer that lacks more changes than one message carries
+/// (`SYNC_CHANGES_BYTES_MAX`) gets them over several, each answering the last; news
+/// from a writer meanwhile waits for its answer (a message per fan-out would each
+/// carry another part, faster than it reads) and comes with the next part.
+#[test]
+fn a_peer_catching_up_over_several_messages_gets_news_with_its_next_part() {
+    use swarmtodo::model::sync::SYNC_CHANGES_BYTES_MAX;
+    use swarmtodo::proto::TASK_TEXT_BYTES_MAX;
+    let list = list_with_history(20, 10);
+    let mut hub = Hub::with(&list);
+    let mut peers = peers_in_step(&mut hub, &list, 2);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut written = 0;
+    // Random letters deflate to ~60 %: three times the bound is sure to be over it.
+    while written <= 3 * SYNC_CHANGES_BYTES_MAX {
+        let ops = (0..16)
+            .map(|i| {
+                let text: String = (0..TASK_TEXT_BYTES_MAX)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        char::from(b'a' + (x % 26) as u8)
+                    })
+                    .collect();
+                upsert(task(&format!("big-{i}"), &text))
+            })
+            .collect();
+        let (a, l, s) = &mut peers[0];
+        write(l, "a", patch(ops));
+        written += 16 * TASK_TEXT_BYTES_MAX;
+        sync_replica(&mut hub, *a, l, s);
+    }
+    let (a, b) = (peers[0].0, peers[1].0);
+    let d = hub.join(4, 0);
+    let mut dl = list.fork(actor(40));
+    let mut ds = sync::State::new();
+    let cut_before = hub.counters().cut;
+    let first = sync_frame(&hub, d, &mut dl, &mut ds);
+    let fx = hub.core.handle_batch(0, [first]);
+    let mut to_d = payloads(&fx, d);
+    assert_eq!(to_d.len(), 1, "d is answered");
+    assert_eq!(
+        hub.counters().cut,
+        cut_before + 1,
+        "with part of what it lacks"
+    );
+
+    // a writes while d has not answered: b hears it, d does not yet.
+    let (_, al, als) = &mut peers[0];
+    write(
+        al,
+        "a",
+        patch(vec![upsert(status("t3", Status::Completed))]),
+    );
+    als.in_flight = false;
+    let news = sync_frame(&hub, a, al, als);
+    let fx = hub.core.handle_batch(1, [news]);
+    assert!(!payloads(&fx, b).is_empty(), "b hears the news");
+    assert!(
+        payloads(&fx, d).is_empty(),
+        "d waits: {:?}",
+        payloads(&fx, d).len()
+    );
+
+    // d answers each part and gets the next, the news with them.
+    let mut parts = 1;
+    for now in 2..200 {
+        for data in to_d.drain(..) {
+            dl.receive_sync_message(&mut ds, sync::Message::decode(&data).unwrap())
+                .unwrap();
+        }
+        let Some(m) = dl.generate_sync_message(&mut ds) else {
+            break;
+        };
+        let fx = hub.sync(d, now, m.encode());
+        to_d = payloads(&fx, d);
+        assert!(to_d.len() <= 1, "one message per answer");
+        parts += to_d
+            .iter()
+            .filter(|m| !sync::Message::decode(m).unwrap().changes.is_empty())
+            .count();
+    }
+    assert!(parts >= 2, "the catch-up went in {parts} messages");
+    assert_eq!(
+        dl.read(),
+        peers[0].1.read(),
+        "d has everything, the news too"
+    );
+}
+
 #[test]
 fn a_large_merge_makes_events_the_store_can_keep() {
     let list = list_with_history(50, 10);

@@ -349,12 +349,17 @@ async fn synced_lists_follow_each_other_and_writes_made_offline_arrive_after_a_r
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A peer that was away while more than the hub's outbox bound (OUTBOX_BYTES_MAX) of
-/// changes landed gets them all in one sync message when it comes back: that one message
-/// must go out, not count the peer as a slow reader before a byte of it was sent.
+/// A peer that was away while more changes landed than one message can carry
+/// (MESSAGE_BYTES_MAX, and twice the outbox bound OUTBOX_BYTES_MAX), and that wrote
+/// more than a frame (FRAME_BYTES_MAX) itself meanwhile, syncs both ways when it comes
+/// back: each side sends its changes over several messages, oldest first
+/// (SYNC_CHANGES_BYTES_MAX), each answered before the next. Before, the hub sent the
+/// whole catch-up in one message its write buffer could not take (the connection
+/// closed), and the hub refused the peer's one message as over the frame size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_back_after_more_than_an_outbox_of_changes_catches_up() {
-    use swarmtodo::hub::server::OUTBOX_BYTES_MAX;
+async fn a_peer_back_after_more_than_a_message_of_changes_syncs_both_ways() {
+    use swarmtodo::hub::server::{FRAME_BYTES_MAX, OUTBOX_BYTES_MAX};
+    use swarmtodo::hub::wire::MESSAGE_BYTES_MAX;
     use swarmtodo::proto::TASK_TEXT_BYTES_MAX;
     const TASKS_PER_WRITE: usize = 32;
     let dir = scratch("catch-up");
@@ -370,7 +375,7 @@ async fn a_peer_back_after_more_than_an_outbox_of_changes_catches_up() {
         assert!(c.in_sync(doc, &away));
         c.close().await.unwrap();
     }
-    // Random text (it does not compress) until the changes outweigh the outbox.
+    // Random text (it does not compress much).
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut text = || -> String {
         (0..TASK_TEXT_BYTES_MAX)
@@ -382,30 +387,44 @@ async fn a_peer_back_after_more_than_an_outbox_of_changes_catches_up() {
             })
             .collect()
     };
-    let mut written = 0;
-    let mut w = 0;
-    // (Deflate takes random letters to ~60 %: twice the bound is sure to be over it.)
-    while written <= 2 * OUTBOX_BYTES_MAX {
-        let ops = (0..TASKS_PER_WRITE)
-            .map(|i| upsert(task(&format!("big-{w}-{i}"), &text())))
-            .collect();
-        write(&mut lead, "lead", patch(ops));
-        // One write per sync: a sync message must fit in a frame (FRAME_BYTES_MAX).
+    // Writes of TASKS_PER_WRITE tasks of random text, `bytes` of text in all, the same
+    // tasks rewritten each time (the list stays small, the history grows).
+    let mut big_writes = |list: &mut TodoList, who: &str, bytes: usize| -> usize {
+        let mut written = 0;
+        let mut w = 0;
+        while written <= bytes {
+            let ops = (0..TASKS_PER_WRITE)
+                .map(|i| upsert(task(&format!("{who}-{i}"), &text())))
+                .collect();
+            write(list, who, patch(ops));
+            written += TASKS_PER_WRITE * TASK_TEXT_BYTES_MAX;
+            w += 1;
+        }
+        w
+    };
+    // (Deflate takes random letters to ~60 %: twice a bound is sure to be over it.)
+    let catch_up = 2 * MESSAGE_BYTES_MAX.max(OUTBOX_BYTES_MAX);
+    let mut lead_writes = 0;
+    while lead_writes * TASKS_PER_WRITE * TASK_TEXT_BYTES_MAX <= catch_up {
+        lead_writes += big_writes(&mut lead, "lead", 0);
         c_lead.sync(doc, &mut lead).await.unwrap();
-        written += TASKS_PER_WRITE * TASK_TEXT_BYTES_MAX;
-        w += 1;
     }
     assert!(c_lead.in_sync(doc, &lead), "the hub has every big write");
+    let away_writes = big_writes(&mut away, "away", 2 * FRAME_BYTES_MAX);
 
     let mut c = Connection::connect(&hub.url, "away").await.unwrap();
     let back = c.sync(doc, &mut away).await;
     assert!(
         back.is_ok(),
-        "the peer back after {w} writes ({} KiB) could not sync: {back:?}",
-        written / 1024
+        "the peer back after {lead_writes} writes of the lead, with {away_writes} of its own, could not sync: {back:?}"
     );
-    assert!(c.in_sync(doc, &away));
+    assert!(c.in_sync(doc, &away), "the hub has the away peer's writes");
+    c_lead.sync(doc, &mut lead).await.unwrap();
     assert_eq!(away.read(), lead.read());
+    let (mut a, mut l) = (away.heads(), lead.heads());
+    a.sort();
+    l.sort();
+    assert_eq!(a, l, "both replicas at the same heads");
     c.close().await.unwrap();
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);

@@ -664,3 +664,102 @@ fn replicas_sync_with_automerge_sync_messages_and_report_what_changed() {
     assert_eq!(b.read(), a.read());
     assert_eq!(touched.into_iter().collect::<Vec<_>>(), vec!["t1", "t2"]);
 }
+
+/// Random letters (they do not compress much), `n` of them.
+fn noise(x: &mut u64, n: usize) -> String {
+    (0..n)
+        .map(|_| {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            char::from(b'a' + (*x % 26) as u8)
+        })
+        .collect()
+}
+
+/// One sync message from `from` to `to`, if it has one; checks its changes against the
+/// bound. Returns the bytes of changes it carried.
+fn step_under_bound(
+    from: &TodoList,
+    s_from: &mut automerge::sync::State,
+    to: &mut TodoList,
+    s_to: &mut automerge::sync::State,
+) -> Option<usize> {
+    use swarmtodo::model::chunk_changes;
+    use swarmtodo::model::sync::SYNC_CHANGES_BYTES_MAX;
+    let m = from.generate_sync_message(s_from)?;
+    let m = automerge::sync::Message::decode(&m.encode()).unwrap();
+    let changes: Vec<_> = m
+        .changes
+        .iter()
+        .flat_map(|c| chunk_changes(c).unwrap())
+        .collect();
+    let bytes: usize = changes.iter().map(|c| c.raw_bytes().len()).sum();
+    assert!(
+        bytes <= SYNC_CHANGES_BYTES_MAX || changes.len() == 1,
+        "a message with {} changes, {bytes} bytes",
+        changes.len()
+    );
+    to.receive_sync_message(s_to, m).unwrap();
+    Some(bytes)
+}
+
+/// Replicas that each wrote more than one message may carry sync it over several, each
+/// with at most SYNC_CHANGES_BYTES_MAX bytes of changes (or one change), oldest first,
+/// whichever way stock sync would have sent it: the changes the peer lacks (a peer
+/// behind by less than a third of the history) or the whole document (more).
+#[test]
+fn large_catch_ups_go_over_messages_under_the_changes_bound() {
+    use swarmtodo::model::sync::SYNC_CHANGES_BYTES_MAX;
+    use swarmtodo::proto::TASK_TEXT_BYTES_MAX;
+    const TASKS_PER_WRITE: usize = 16;
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    // (history both have, big writes by a, big writes by b)
+    for (shared, by_a, by_b) in [(120, 20, 12), (1, 20, 0)] {
+        let mut base = list_with_history(10, shared);
+        let mut a = base.fork(actor(1));
+        let mut b = base.fork(actor(2));
+        for (list, who, writes) in [(&mut a, "a", by_a), (&mut b, "b", by_b)] {
+            for _ in 0..writes {
+                let ops = (0..TASKS_PER_WRITE)
+                    .map(|i| {
+                        let text = noise(&mut x, TASK_TEXT_BYTES_MAX);
+                        upsert(task(&format!("{who}-{i}"), &text))
+                    })
+                    .collect();
+                write(list, who, patch(ops));
+            }
+        }
+        let (mut sa, mut sb) = (automerge::sync::State::new(), automerge::sync::State::new());
+        let mut messages = 0;
+        let mut most = 0;
+        for _ in 0..1_000 {
+            let ab = step_under_bound(&a, &mut sa, &mut b, &mut sb);
+            let ba = step_under_bound(&b, &mut sb, &mut a, &mut sa);
+            if ab.is_none() && ba.is_none() {
+                break;
+            }
+            for bytes in ab.into_iter().chain(ba) {
+                messages += 1;
+                most = most.max(bytes);
+            }
+        }
+        assert_eq!(a.read(), b.read(), "shared {shared}: converged");
+        let (mut ha, mut hb) = (a.heads(), b.heads());
+        ha.sort();
+        hb.sort();
+        assert_eq!(ha, hb, "shared {shared}: same heads");
+        // Random letters deflate to ~60 %: at least half of what was written is sent.
+        let written = (by_a + by_b) * TASKS_PER_WRITE * TASK_TEXT_BYTES_MAX;
+        assert!(
+            messages * SYNC_CHANGES_BYTES_MAX * 2 > written && a.sync_counters().cut > 0,
+            "shared {shared}: {written} bytes written went in {messages} messages"
+        );
+        assert!(
+            most > SYNC_CHANGES_BYTES_MAX / 2,
+            "shared {shared}: messages were filled: {most}"
+        );
+        base.merge_from(&a).unwrap();
+        assert_eq!(base.read(), a.read());
+    }
+}

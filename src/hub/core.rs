@@ -223,22 +223,34 @@ impl WorkBudget {
 pub struct DocState {
     list: TodoList,
     authority: Authority,
-    /// Sync state per connection that syncs this list.
-    peers: BTreeMap<ConnId, sync::State>,
-    /// Per connection, the list's window position when its last message was received
-    /// (`TodoList::window_end`): changes applied since are news to it, whatever its
-    /// Bloom filter says (`TodoList::generate_sync_message_after`).
-    heard_at: BTreeMap<ConnId, u64>,
-    /// Per connection, the window ends ([`TodoList::window_end`]) of the messages sent to
-    /// it that its heads did not cover yet, oldest first (see [`FANOUT_UNACKED_MAX`]).
-    unacked: BTreeMap<ConnId, VecDeque<u64>>,
-    /// Per connection, when its last message was received (the hub's clock, ms).
-    heard_ms: BTreeMap<ConnId, i64>,
+    /// Every connection that syncs this list.
+    peers: BTreeMap<ConnId, Peer>,
     /// Changes committed since the last snapshot.
     since_compaction: usize,
     /// The list's number of changes when its document was last built in one piece
     /// (loaded, or rebuilt at a snapshot; 0 for a list that arrived by sync).
     changes_at_rebuild: usize,
+}
+
+/// What the hub keeps about one connection that syncs one list.
+#[derive(Debug)]
+struct Peer {
+    /// Its sync state.
+    state: sync::State,
+    /// The list's window position when its last message was received
+    /// (`TodoList::window_end`): changes applied since are news to it, whatever its
+    /// Bloom filter says (`TodoList::generate_sync_message_after`).
+    heard_at: u64,
+    /// When its last message was received (the hub's clock, ms).
+    heard_ms: i64,
+    /// The window ends ([`TodoList::window_end`]) of the messages sent to it that its
+    /// heads did not cover yet, oldest first (see [`FANOUT_UNACKED_MAX`]).
+    unacked: VecDeque<u64>,
+    /// The last message sent to it was cut (`sync::SYNC_CHANGES_BYTES_MAX`) and it has
+    /// not answered yet: news waits for its answer, which is answered with the next
+    /// part and the news together (a message per fan-out would each carry another
+    /// part, faster than the peer reads them, until its outbox overflows).
+    catching_up: bool,
 }
 
 impl DocState {
@@ -300,9 +312,11 @@ struct FanOut {
 #[derive(Debug)]
 struct Generated {
     before: sync::State,
-    heard_at: Option<u64>,
+    heard_at: u64,
     after: sync::State,
     frame: Option<wire::ToEach>,
+    /// The message was cut (see `Peer::catching_up`).
+    cut: bool,
 }
 
 /// Who is owed a sync message about one list after a batch of inputs.
@@ -348,9 +362,6 @@ impl HubCore {
                 list,
                 authority,
                 peers: BTreeMap::new(),
-                heard_at: BTreeMap::new(),
-                unacked: BTreeMap::new(),
-                heard_ms: BTreeMap::new(),
                 since_compaction: 0,
                 changes_at_rebuild,
             },
@@ -474,9 +485,6 @@ impl HubCore {
             for d in conn.docs {
                 if let Some(doc) = self.docs.get_mut(&d) {
                     doc.peers.remove(&c);
-                    doc.heard_at.remove(&c);
-                    doc.unacked.remove(&c);
-                    doc.heard_ms.remove(&c);
                 }
             }
         }
@@ -678,9 +686,6 @@ impl HubCore {
                     list,
                     authority,
                     peers: BTreeMap::new(),
-                    heard_at: BTreeMap::new(),
-                    unacked: BTreeMap::new(),
-                    heard_ms: BTreeMap::new(),
                     since_compaction: 0,
                     changes_at_rebuild: 0,
                 },
@@ -713,30 +718,37 @@ impl HubCore {
         // memory, close its peers, and have the runtime reload it from the store (which
         // holds everything committed; the bad change never was).
         let merged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let state = doc.peers.entry(c).or_default();
+            let peer = doc.peers.entry(c).or_insert_with(|| Peer {
+                state: sync::State::new(),
+                heard_at: 0,
+                heard_ms: now_ms,
+                unacked: VecDeque::new(),
+                catching_up: false,
+            });
+            let state = &mut peer.state;
             let last_sent = state.last_sent_heads.clone();
             let took_as_known = (brought_earlier && message.changes.is_empty())
                 .then(|| message.heads.clone())
                 .filter(|heads| !heads.is_empty());
             let mut merge = doc.list.receive_sync_message(state, message)?;
             doc.list.settle_their_have(state);
-            doc.heard_at.insert(c, doc.list.window_end());
-            doc.heard_ms.insert(c, now_ms);
-            if let Some(sent) = doc.unacked.get_mut(&c) {
-                let covered = state
-                    .their_heads
-                    .as_deref()
-                    .and_then(|heads| doc.list.window_covered_by(heads));
-                while sent
-                    .front()
-                    .is_some_and(|&at| covered.is_some_and(|c| at <= c))
-                {
-                    sent.pop_front();
-                }
-                // Positions past the window's end are from before it started over.
-                let end = doc.list.window_end();
-                sent.retain(|&at| at <= end);
+            peer.heard_at = doc.list.window_end();
+            peer.heard_ms = now_ms;
+            peer.catching_up = false;
+            let covered = state
+                .their_heads
+                .as_deref()
+                .and_then(|heads| doc.list.window_covered_by(heads));
+            let sent = &mut peer.unacked;
+            while sent
+                .front()
+                .is_some_and(|&at| covered.is_some_and(|c| at <= c))
+            {
+                sent.pop_front();
             }
+            // Positions past the window's end are from before it started over.
+            let end = doc.list.window_end();
+            sent.retain(|&at| at <= end);
             // Stock sync takes a message without changes whose heads are ours as "the
             // peer knows our heads" and will not name them to it. When an earlier frame
             // of this batch from the same peer brought those heads' changes, the peer
@@ -858,22 +870,17 @@ impl HubCore {
             // News owed since this batch or an earlier one; a peer answered as a sender
             // meanwhile gets nothing more unless the list moved since (its state says so).
             // A busy hub holds it from peers FANOUT_UNACKED_MAX messages behind that
-            // spoke lately (FANOUT_HOLD_HEARD_MAX_MS).
+            // spoke lately (FANOUT_HOLD_HEARD_MAX_MS). A peer catching up over several
+            // messages gets it with the next part, when it answers the last.
             let mut held = false;
             if owed.moved && !self.news.contains_key(&doc_id) {
-                for t in doc.peers.keys() {
-                    if owed.sent.contains_key(t) {
+                for (t, peer) in &doc.peers {
+                    if owed.sent.contains_key(t) || peer.catching_up {
                         continue;
                     }
                     if defer
-                        && doc
-                            .unacked
-                            .get(t)
-                            .is_some_and(|sent| sent.len() >= FANOUT_UNACKED_MAX)
-                        && doc
-                            .heard_ms
-                            .get(t)
-                            .is_some_and(|at| now_ms - at < FANOUT_HOLD_HEARD_MAX_MS)
+                        && peer.unacked.len() >= FANOUT_UNACKED_MAX
+                        && now_ms - peer.heard_ms < FANOUT_HOLD_HEARD_MAX_MS
                     {
                         held = true;
                     } else {
@@ -900,7 +907,8 @@ impl HubCore {
             // acknowledgements only move their sets forward.
             if let Some(doc) = self.docs.get_mut(&doc_id) {
                 if owed.moved || doc.list.window_len() > crate::model::sync::SYNC_WINDOW_CHANGES {
-                    doc.list.keep_window_for(doc.peers.values());
+                    doc.list
+                        .keep_window_for(doc.peers.values().map(|p| &p.state));
                 }
             }
         }
@@ -933,36 +941,37 @@ impl HubCore {
         else {
             return true;
         };
-        let Some(state) = doc.peers.get_mut(&t) else {
+        let Some(peer) = doc.peers.get_mut(&t) else {
             return true;
         };
         let target_id = target_id.clone();
-        let heard_at = doc.heard_at.get(&t).copied();
+        let heard_at = peer.heard_at;
         // A peer that only hears the news, in the state the last one was in, gets what
         // it got: generating is a function of the list and the state (the peers of a
         // list in step are all in one state, so one generation serves them all).
         if sent.is_none() {
             if let Some(same) = &fan_out.generated {
-                if same.heard_at == heard_at && same.before == *state {
-                    state.clone_from(&same.after);
+                if same.heard_at == heard_at && same.before == peer.state {
+                    peer.state.clone_from(&same.after);
                     if let Some(each) = &same.frame {
                         fx.sends.push((t, each.to(&target_id)));
-                        Self::note_sent(doc, t);
+                        peer.catching_up = same.cut;
+                        Self::note_sent(&doc.list, peer);
                     }
                     return true;
                 }
             }
         }
-        let before = sent.is_none().then(|| state.clone());
-        let stock_before = doc.list.sync_counters().stock;
-        let m = match heard_at {
-            Some(at) => doc.list.generate_sync_message_after(state, at),
-            None => doc.list.generate_sync_message(state),
-        };
-        let states = before.map(|before| (before, state.clone()));
+        let before = sent.is_none().then(|| peer.state.clone());
+        let counted = doc.list.sync_counters();
+        let m = doc
+            .list
+            .generate_sync_message_after(&mut peer.state, heard_at);
+        let states = before.map(|before| (before, peer.state.clone()));
         let made = m.is_some();
+        let cut = doc.list.sync_counters().cut > counted.cut;
         if let Some(sent) = sent {
-            let steps = sent + doc.list.sync_counters().stock.saturating_sub(stock_before);
+            let steps = sent + doc.list.sync_counters().stock.saturating_sub(counted.stock);
             let limits = self.config.sync_work;
             if !Self::charge(&mut self.conns, doc, t, now_ms, steps, limits) {
                 return false;
@@ -990,30 +999,34 @@ impl HubCore {
                 heard_at,
                 after,
                 frame: each.cloned(),
+                cut,
             });
         }
         if let Some(each) = each {
             fx.sends.push((t, each.to(&target_id)));
-            Self::note_sent(doc, t);
+            if let Some(peer) = doc.peers.get_mut(&t) {
+                peer.catching_up = cut;
+                Self::note_sent(&doc.list, peer);
+            }
         }
         true
     }
 
-    /// Remembers that peer `t` was sent the list as it stands (see [`FANOUT_UNACKED_MAX`]),
+    /// Remembers that `peer` was sent the list as it stands (see [`FANOUT_UNACKED_MAX`]),
     /// unless the peer's heads cover it already: such a message (the last of a
     /// handshake, say) only names heads the peer has, and it will not answer it.
-    fn note_sent(doc: &mut DocState, t: ConnId) {
-        let end = doc.list.window_end();
-        let covered = doc
-            .peers
-            .get(&t)
-            .and_then(|s| s.their_heads.as_deref())
-            .and_then(|heads| doc.list.window_covered_by(heads))
+    fn note_sent(list: &TodoList, peer: &mut Peer) {
+        let end = list.window_end();
+        let covered = peer
+            .state
+            .their_heads
+            .as_deref()
+            .and_then(|heads| list.window_covered_by(heads))
             .is_some_and(|low| low >= end);
         if covered {
             return;
         }
-        let sent = doc.unacked.entry(t).or_default();
+        let sent = &mut peer.unacked;
         if sent.len() >= UNACKED_KEPT_MAX {
             sent.pop_front();
         }

@@ -801,7 +801,8 @@ impl TodoList {
         state: &mut automerge::sync::State,
         fresh_from: Option<u64>,
     ) -> Option<automerge::sync::Message> {
-        match sync::generate(&self.doc, &self.recent, &self.pending, state, fresh_from) {
+        let mut m = match sync::generate(&self.doc, &self.recent, &self.pending, state, fresh_from)
+        {
             Some(m) => {
                 self.sync_counters.count(true);
                 m
@@ -816,7 +817,89 @@ impl TodoList {
                 );
                 self.generate_sync_message_stock(state)
             }
+        }?;
+        if let Some((sent, left)) = self.cut_message(&mut m, state, sync::SYNC_CHANGES_BYTES_MAX) {
+            self.sync_counters.count_cut();
+            tracing::debug!(
+                sent,
+                left,
+                "generate: message cut to the changes bytes bound"
+            );
         }
+        Some(m)
+    }
+
+    /// Cuts a message whose changes add up to more than `budget` bytes to the first of
+    /// them in causal order (every change after its dependencies) that fit, at least
+    /// one; the others leave the peer's `sent_hashes`, so that the next message to it
+    /// carries them. The peer applies what it got and answers, and the answer brings
+    /// the next part: a peer back after many changes catches up over several round
+    /// trips instead of one message larger than either side reads (a hub refuses
+    /// frames over `FRAME_BYTES_MAX`; tungstenite refuses to queue more than its write
+    /// buffer). The message keeps our heads: the peer asks for the ones it lacks.
+    /// Returns how many changes went and how many were left out, if it cut.
+    fn cut_message(
+        &self,
+        m: &mut automerge::sync::Message,
+        state: &mut automerge::sync::State,
+        budget: usize,
+    ) -> Option<(usize, usize)> {
+        let bytes: usize = m.changes.iter().map(<[u8]>::len).sum();
+        if bytes <= budget {
+            return None;
+        }
+        let mut changes = Vec::new();
+        'chunks: for chunk in m.changes.iter() {
+            let mut rest = chunk;
+            while !rest.is_empty() {
+                let Ok(len) = storage_chunk_len(rest) else {
+                    return None;
+                };
+                let (one, tail) = rest.split_at(len);
+                rest = tail;
+                if one.get(8) == Some(&CHUNK_TYPE_DOCUMENT) {
+                    // The whole document (stock sync sends it for a peer that lacks
+                    // more than a third of it): the changes the peer lacks instead,
+                    // those that are not ancestors of the heads it has of ours.
+                    let theirs: Vec<ChangeHash> = state
+                        .their_heads
+                        .iter()
+                        .flatten()
+                        .filter(|h| self.doc.get_change_meta_by_hash(h).is_some())
+                        .copied()
+                        .collect();
+                    changes = self.doc.get_changes(&theirs);
+                    break 'chunks;
+                }
+                let Ok(c) = Change::from_bytes(one.to_vec()) else {
+                    return None;
+                };
+                changes.push(c);
+            }
+        }
+        let (ordered, waiting) = causal_order(&self.doc, changes);
+        debug_assert!(
+            waiting.is_empty(),
+            "a change sent whose dependency is not here"
+        );
+        let mut taken = 0usize;
+        let mut used = 0usize;
+        for c in &ordered {
+            let len = c.raw_bytes().len();
+            if taken > 0 && used + len > budget {
+                break;
+            }
+            taken += 1;
+            used += len;
+        }
+        let left: Vec<&Change> = ordered[taken..].iter().chain(&waiting).collect();
+        for c in &left {
+            state.sent_hashes.remove(&c.hash());
+        }
+        let v2 = m.version == automerge::sync::MessageVersion::V2;
+        let (chunks, _) = sync::change_chunks(ordered[..taken].iter().map(Change::raw_bytes), v2);
+        m.changes = automerge::sync::ChunkList::from(chunks);
+        (!left.is_empty()).then_some((taken, left.len()))
     }
 
     /// [`TodoList::generate_sync_message`] by automerge's stock function only (the

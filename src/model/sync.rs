@@ -53,6 +53,14 @@ pub const SYNC_WINDOW_CHANGES_MAX: usize = 16_384;
 /// writers were concurrent.
 pub const SYNC_WINDOW_FLOOR_SLACK: u64 = 64;
 
+/// Most bytes of changes in one sync message a replica generates (one larger change
+/// goes alone). More goes over several messages, oldest first, each answered by the
+/// peer before the next (see `TodoList::generate_sync_message`): a hub reads frames up
+/// to `FRAME_BYTES_MAX` (1 MiB), and this leaves room in one for the Bloom filter, the
+/// heads and the envelope. Concurrent writers' changes are ~0.5 KiB each, so this is
+/// about a thousand changes per message.
+pub const SYNC_CHANGES_BYTES_MAX: usize = 512 * 1024;
+
 /// How many sync steps took the window and how many fell back to the stock functions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SyncCounters {
@@ -60,6 +68,9 @@ pub struct SyncCounters {
     pub fast: u64,
     /// Messages handled by automerge's stock functions.
     pub stock: u64,
+    /// Messages generated with part of their changes left for the next one
+    /// ([`SYNC_CHANGES_BYTES_MAX`]).
+    pub cut: u64,
 }
 
 /// [`SyncCounters`] kept by a replica (atomics, so a replica stays `Sync`).
@@ -67,6 +78,7 @@ pub struct SyncCounters {
 pub(crate) struct Counters {
     fast: std::sync::atomic::AtomicU64,
     stock: std::sync::atomic::AtomicU64,
+    cut: std::sync::atomic::AtomicU64,
 }
 
 impl Counters {
@@ -75,10 +87,15 @@ impl Counters {
         c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    pub(crate) fn count_cut(&self) {
+        self.cut.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub(crate) fn get(&self) -> SyncCounters {
         SyncCounters {
             fast: self.fast.load(std::sync::atomic::Ordering::Relaxed),
             stock: self.stock.load(std::sync::atomic::Ordering::Relaxed),
+            cut: self.cut.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 }
