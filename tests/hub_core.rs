@@ -32,8 +32,13 @@ struct Hub {
 
 impl Hub {
     fn with(list: &TodoList) -> Hub {
+        Hub::with_work(list, (SYNC_WORK_BURST, SYNC_WORK_PER_SECOND))
+    }
+
+    /// A hub whose connections may cause `work` history work (burst, per second).
+    fn with_work(list: &TodoList, work: (i64, i64)) -> Hub {
         let mut config = HubConfig::new(ActorId::from([0xA0u8; 16]));
-        config.sync_work = (SYNC_WORK_BURST, SYNC_WORK_PER_SECOND);
+        config.sync_work = work;
         let id = config.peer_id.clone();
         let mut core = HubCore::new(config);
         let doc = swarmtodo::client::list_document_id("core");
@@ -547,14 +552,15 @@ fn a_busy_hub_holds_news_from_a_peer_behind_its_messages() {
 /// A peer that lacks more changes than one message carries
 /// (`SYNC_CHANGES_BYTES_MAX`) gets them over several, each answering the last; news
 /// from a writer meanwhile waits for its answer (a message per fan-out would each
-/// carry another part, faster than it reads) and comes with the next part.
+/// carry another part, faster than it reads) and comes with the next part. A peer
+/// older than the hub's window costs stock sync steps on every part: they are the
+/// hub's doing and not charged to its work budget (here, room for two).
 #[test]
 fn a_peer_catching_up_over_several_messages_gets_news_with_its_next_part() {
     use swarmtodo::model::sync::SYNC_CHANGES_BYTES_MAX;
     use swarmtodo::proto::TASK_TEXT_BYTES_MAX;
-    let list = list_with_history(20, 10);
-    let mut hub = Hub::with(&list);
-    let mut peers = peers_in_step(&mut hub, &list, 2);
+    let small = list_with_history(20, 10);
+    let mut big = small.fork(actor(30));
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut written = 0;
     // Random letters deflate to ~60 %: three times the bound is sure to be over it.
@@ -572,23 +578,26 @@ fn a_peer_catching_up_over_several_messages_gets_news_with_its_next_part() {
                 upsert(task(&format!("big-{i}"), &text))
             })
             .collect();
-        let (a, l, s) = &mut peers[0];
-        write(l, "a", patch(ops));
+        write(&mut big, "a", patch(ops));
         written += 16 * TASK_TEXT_BYTES_MAX;
-        sync_replica(&mut hub, *a, l, s);
     }
+    let stats = big.doc().stats();
+    let step = stats.num_changes as i64 * CHANGE_WORK_UNITS + stats.num_ops as i64;
+    let mut hub = Hub::with_work(&big, (2 * step, 1));
+    let mut peers = peers_in_step(&mut hub, &big, 2);
     let (a, b) = (peers[0].0, peers[1].0);
+    // d has the list as it was before the big writes: older than the hub's window.
     let d = hub.join(4, 0);
-    let mut dl = list.fork(actor(40));
+    let mut dl = small.fork(actor(40));
     let mut ds = sync::State::new();
-    let cut_before = hub.counters().cut;
+    let before = hub.counters();
     let first = sync_frame(&hub, d, &mut dl, &mut ds);
     let fx = hub.core.handle_batch(0, [first]);
     let mut to_d = payloads(&fx, d);
     assert_eq!(to_d.len(), 1, "d is answered");
     assert_eq!(
         hub.counters().cut,
-        cut_before + 1,
+        before.cut + 1,
         "with part of what it lacks"
     );
 
@@ -620,6 +629,7 @@ fn a_peer_catching_up_over_several_messages_gets_news_with_its_next_part() {
             break;
         };
         let fx = hub.sync(d, now, m.encode());
+        assert!(fx.closes.is_empty(), "d closed: {:?}", fx.closes);
         to_d = payloads(&fx, d);
         assert!(to_d.len() <= 1, "one message per answer");
         parts += to_d
@@ -628,6 +638,11 @@ fn a_peer_catching_up_over_several_messages_gets_news_with_its_next_part() {
             .count();
     }
     assert!(parts >= 2, "the catch-up went in {parts} messages");
+    let stock = hub.counters().stock - before.stock;
+    assert!(
+        stock > 2,
+        "the catch-up took {stock} stock steps: over the budget"
+    );
     assert_eq!(
         dl.read(),
         peers[0].1.read(),

@@ -337,6 +337,10 @@ struct Sent {
     steps: u64,
     /// They changed the list.
     brought: bool,
+    /// The peer was catching up (`Peer::catching_up`): they answer a message the hub
+    /// cut, and the history work of this round trip is the hub's own doing (a peer
+    /// far behind the window costs stock steps on every part), not charged.
+    continues: bool,
 }
 
 impl HubCore {
@@ -734,7 +738,7 @@ impl HubCore {
             doc.list.settle_their_have(state);
             peer.heard_at = doc.list.window_end();
             peer.heard_ms = now_ms;
-            peer.catching_up = false;
+            let continues = std::mem::replace(&mut peer.catching_up, false);
             let covered = state
                 .their_heads
                 .as_deref()
@@ -772,9 +776,9 @@ impl HubCore {
             }
             let commit =
                 (!merge.is_empty()).then(|| Self::check_and_repair(doc, doc_id, merge, now_ms));
-            Ok::<_, crate::model::ModelError>((rejected, commit))
+            Ok::<_, crate::model::ModelError>((rejected, commit, continues))
         }));
-        let (rejected, commit) = match merged {
+        let (rejected, commit, continues) = match merged {
             Ok(Ok(m)) => m,
             Ok(Err(e)) => {
                 return self.fail(c, 1008, "sync_refused", format!("sync refused: {e}"), fx);
@@ -835,6 +839,7 @@ impl HubCore {
         let sent = owed.sent.entry(c).or_default();
         sent.steps += steps;
         sent.brought |= moved;
+        sent.continues |= continues;
         owed.moved |= moved;
     }
 
@@ -890,7 +895,7 @@ impl HubCore {
             }
             let mut fan_out = FanOut::default();
             for t in targets {
-                let sent = owed.sent.get(&t).map(|s| s.steps);
+                let sent = owed.sent.get(&t).map(|s| (s.steps, s.continues));
                 if !self.reply(now_ms, doc_id, t, sent, &mut fan_out, fx) {
                     over_budget.push((t, doc_id));
                 }
@@ -919,15 +924,16 @@ impl HubCore {
 
     /// Generates and queues the sync message for peer `t` of list `doc_id`, if there is
     /// anything to say. `sent`: the stock sync steps the peer's own messages cost, when
-    /// this answers them (charged, with this message's, to its work budget); false when
-    /// that budget is exhausted (nothing is sent). `fan_out` is what the list's last
+    /// this answers them (charged, with this message's, to its work budget, unless they
+    /// continue a catch-up: `Sent::continues`); false when that budget is exhausted
+    /// (nothing is sent). `fan_out` is what the list's last
     /// peer got, reused when this one is in the same state.
     fn reply(
         &mut self,
         now_ms: i64,
         doc_id: DocumentId,
         t: ConnId,
-        sent: Option<u64>,
+        sent: Option<(u64, bool)>,
         fan_out: &mut FanOut,
         fx: &mut Effects,
     ) -> bool {
@@ -970,7 +976,7 @@ impl HubCore {
         let states = before.map(|before| (before, peer.state.clone()));
         let made = m.is_some();
         let cut = doc.list.sync_counters().cut > counted.cut;
-        if let Some(sent) = sent {
+        if let Some((sent, false)) = sent {
             let steps = sent + doc.list.sync_counters().stock.saturating_sub(counted.stock);
             let limits = self.config.sync_work;
             if !Self::charge(&mut self.conns, doc, t, now_ms, steps, limits) {
