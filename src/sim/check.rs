@@ -59,6 +59,9 @@ pub struct SideOutcome {
 pub struct FinalState<'a> {
     /// Quiescence was reached in time.
     pub converged: bool,
+    /// When it was not: what was not settled at the end (frames in flight, agents'
+    /// lists not acknowledged).
+    pub unsettled: Vec<String>,
     /// Each list's hub copy (None: the hub does not hold it).
     pub hub: Vec<(DocumentId, Option<&'a TodoList>)>,
     /// Every agent's replica of every list it syncs.
@@ -200,7 +203,10 @@ pub fn check(state: &FinalState<'_>) -> Result<Verdict, StoreError> {
         detail: if state.converged {
             "quiescent: no frame in flight, every replica acknowledged".into()
         } else {
-            "no quiescence within settle_ms_max".into()
+            format!(
+                "no quiescence within settle_ms_max: {}",
+                state.unsettled.join("; ")
+            )
         },
         skipped: false,
     });

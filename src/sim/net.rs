@@ -9,7 +9,7 @@
 //! connection (FIFO, like a WebSocket), unless the storm's faults apply: then it may be
 //! lost, arrive twice, or be held back so that later frames overtake it.
 
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use super::rng::Rng;
 use super::scenario::NetworkSpec;
@@ -104,11 +104,27 @@ pub struct Queue {
     next: u64,
     /// Frames and connection closes in the queue (quiescence needs none in flight).
     frames: usize,
+    /// The keepalive frames among them (by sequence number): quiescence does not wait
+    /// for them. Once every replica has what the hub has, a keepalive carries nothing
+    /// new and is not answered; at a thousand idle agents one is almost always on its
+    /// way, and a run whose convergence outlasted KEEPALIVE_MS never looked quiet.
+    keepalives: BTreeSet<u64>,
 }
 
 impl Queue {
     /// Schedules `event` at `at`.
     pub fn push(&mut self, at: u64, event: Event) -> Result<(), super::SimError> {
+        self.push_seq(at, event).map(|_| ())
+    }
+
+    /// Schedules a keepalive frame (see `Queue::keepalives`).
+    pub fn push_keepalive(&mut self, at: u64, event: Event) -> Result<(), super::SimError> {
+        let seq = self.push_seq(at, event)?;
+        self.keepalives.insert(seq);
+        Ok(())
+    }
+
+    fn push_seq(&mut self, at: u64, event: Event) -> Result<u64, super::SimError> {
         if self.events.len() >= QUEUE_EVENTS_MAX {
             return Err(super::SimError::QueueFull(QUEUE_EVENTS_MAX));
         }
@@ -119,7 +135,7 @@ impl Queue {
         self.next += 1;
         self.heap.push(std::cmp::Reverse((at, seq)));
         self.events.insert(seq, event);
-        Ok(())
+        Ok(seq)
     }
 
     /// The next event and its time.
@@ -129,9 +145,7 @@ impl Queue {
             let Some(event) = self.events.remove(&seq) else {
                 continue;
             };
-            if event.in_flight() {
-                self.frames -= 1;
-            }
+            self.taken(seq, &event);
             return Some((at, event));
         }
     }
@@ -145,10 +159,15 @@ impl Queue {
         }
         self.heap.pop();
         let event = self.events.remove(&seq)?;
+        self.taken(seq, &event);
+        Some(event)
+    }
+
+    fn taken(&mut self, seq: u64, event: &Event) {
         if event.in_flight() {
             self.frames -= 1;
         }
-        Some(event)
+        self.keepalives.remove(&seq);
     }
 
     /// The time and sequence number of the next event still queued (entries of events
@@ -170,9 +189,9 @@ impl Queue {
         })
     }
 
-    /// Frames and closes in flight.
+    /// Frames and closes in flight, keepalives aside (see `Queue::keepalives`).
     pub fn frames_in_flight(&self) -> usize {
-        self.frames
+        self.frames - self.keepalives.len()
     }
 
     /// Drops every frame in flight on the connections `dead` says are gone (a crash).
@@ -182,6 +201,8 @@ impl Queue {
             .retain(|_, e| !matches!(e, Event::Frame(c, ..) if dead(*c)));
         let dropped = before - self.events.len();
         self.frames -= dropped;
+        let events = &self.events;
+        self.keepalives.retain(|seq| events.contains_key(seq));
         // Their heap entries stay and are skipped by `pop` (no event under the seq).
     }
 }

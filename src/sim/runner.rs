@@ -57,6 +57,8 @@ pub const LIST_TASKS_SIM_MAX: usize = 120;
 pub const SEEN_VERSIONS_MAX: usize = 8;
 /// Tasks the rogue keeps for its injections, per list.
 pub const ROGUE_TASKS: usize = 4;
+/// Agents' lists a run that never settled reports as not settled (the first ones).
+pub const UNSETTLED_SHOWN_MAX: usize = 8;
 /// Tasks no one but their owner (the lead) may touch: the rogue's ownership targets.
 pub const GUARD_TASKS: usize = 2;
 /// Most trace lines kept (the digest covers all of them).
@@ -313,6 +315,8 @@ struct Sim<'a> {
     storm_end: u64,
     converged_at: Option<u64>,
     stats: Stats,
+    /// Frames sent while set are keepalives (`Queue::push_keepalive`).
+    keepalive: bool,
     injected: Vec<Injection>,
     /// Races not yet decided by the hub.
     races: Vec<Race>,
@@ -435,6 +439,7 @@ impl<'a> Sim<'a> {
             storm_end: scenario.duration_ms,
             converged_at: None,
             stats: Stats::default(),
+            keepalive: false,
             injected: Vec::new(),
             races: Vec::new(),
             acked: BTreeMap::new(),
@@ -779,11 +784,19 @@ impl<'a> Sim<'a> {
         self.stats.duplicated += u64::from(fate.duplicated);
         self.stats.reordered += u64::from(fate.reordered);
         let mut deliveries = fate.deliveries;
+        let keepalive = self.keepalive;
+        let mut push = |at, frame| {
+            if keepalive {
+                self.queue.push_keepalive(at, frame)
+            } else {
+                self.queue.push(at, frame)
+            }
+        };
         if let Some(last) = deliveries.pop() {
             for at in deliveries {
-                self.queue.push(at, Event::Frame(c, dir, bytes.clone()))?;
+                push(at, Event::Frame(c, dir, bytes.clone()))?;
             }
-            self.queue.push(last, Event::Frame(c, dir, bytes))?;
+            push(last, Event::Frame(c, dir, bytes))?;
         }
         Ok(())
     }
@@ -933,11 +946,16 @@ impl<'a> Sim<'a> {
         } else if agent.ready && self.now.saturating_sub(agent.last_rx) >= KEEPALIVE_MS {
             self.stats.keepalives += 1;
             self.agents[a].last_rx = self.now;
+            self.keepalive = true;
             for l in 0..self.agents[a].lists.len() {
                 // Forget what was sent so that a message goes out, with our heads.
                 self.agents[a].lists[l].sync.last_sent_heads.clear();
-                self.flush(a, l)?;
+                if let Err(e) = self.flush(a, l) {
+                    self.keepalive = false;
+                    return Err(e);
+                }
             }
+            self.keepalive = false;
         }
         Ok(())
     }
@@ -1118,6 +1136,62 @@ impl<'a> Sim<'a> {
                             && hub.doc(&l.doc).map(|d| d.list().heads()) == Some(l.replica.heads())
                     })
             })
+    }
+
+    /// Why the run is not quiescent, for the report of a run that never was: the
+    /// frames in flight, and each agent's list that is not settled (at most
+    /// `UNSETTLED_SHOWN_MAX`).
+    fn unsettled(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let Some(hub) = &self.hub else {
+            return vec!["the hub is down".into()];
+        };
+        let frames = self.queue.frames_in_flight();
+        if frames > 0 {
+            out.push(format!("{frames} frames in flight"));
+        }
+        let short = |heads: &[ChangeHash]| -> String {
+            let mut h: Vec<String> = heads
+                .iter()
+                .map(|h| h.to_string()[..8].to_owned())
+                .collect();
+            h.sort();
+            h.join(",")
+        };
+        for a in &self.agents {
+            if !a.ready || a.conn.is_none() {
+                out.push(format!(
+                    "{}: not connected (ready {}, online {}, connecting {})",
+                    a.name, a.ready, a.online, a.connecting
+                ));
+                continue;
+            }
+            for l in &a.lists {
+                let hub_heads = hub.doc(&l.doc).map(|d| d.list().heads());
+                if in_sync(l) && hub_heads.as_ref() == Some(&l.replica.heads()) {
+                    continue;
+                }
+                let s = &l.sync;
+                out.push(format!(
+                    "{} list {}: heads [{}], hub [{}], the hub said [{}], last sent [{}], \
+                     pending {}, in flight {}, unacked {}",
+                    a.name,
+                    l.list,
+                    short(&l.replica.heads()),
+                    hub_heads.as_deref().map(short).unwrap_or_default(),
+                    s.their_heads.as_deref().map(short).unwrap_or_default(),
+                    short(&s.last_sent_heads),
+                    l.replica.pending_changes(),
+                    s.in_flight,
+                    l.unacked.len()
+                ));
+            }
+            if out.len() >= UNSETTLED_SHOWN_MAX {
+                out.push("…".into());
+                break;
+            }
+        }
+        out
     }
 
     // ----- agents' actions -----
@@ -1420,6 +1494,11 @@ impl<'a> Sim<'a> {
     // ----- the end -----
 
     fn finish(mut self, started: std::time::Instant) -> Result<RunOutcome, SimError> {
+        let unsettled = if self.converged_at.is_some() {
+            Vec::new()
+        } else {
+            self.unsettled()
+        };
         let hub = self.hub.take();
         let empty = BTreeMap::new();
         let hub_lists: Vec<(DocumentId, Option<&TodoList>)> = self
@@ -1451,6 +1530,7 @@ impl<'a> Sim<'a> {
             .collect();
         let state = FinalState {
             converged: self.converged_at.is_some(),
+            unsettled,
             hub: hub_lists,
             replicas,
             db: &self.db,

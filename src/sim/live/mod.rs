@@ -1081,6 +1081,7 @@ fn judge(
         .collect();
     let state = FinalState {
         converged: ended.converged.is_some(),
+        unsettled: Vec::new(),
         hub,
         replicas,
         db: &db,
