@@ -284,3 +284,33 @@ impl Net {
         self.last.get(&(conn, dir)).map_or(at, |l| at.max(*l + 1))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Quiescence waits for frames and closes, not for keepalives: taken in order, out
+    /// of order, or dropped with their connection, each is counted out once.
+    #[test]
+    fn keepalives_in_flight_do_not_count_as_frames() {
+        let mut q = Queue::default();
+        let frame = |c| Event::Frame(ConnId(c), Dir::ToHub, vec![1]);
+        q.push(5, frame(1)).unwrap();
+        q.push_keepalive(3, frame(2)).unwrap();
+        q.push_keepalive(4, frame(3)).unwrap();
+        q.push(1, Event::Sample).unwrap();
+        assert_eq!(q.frames_in_flight(), 1);
+        assert!(matches!(q.pop(), Some((1, Event::Sample))));
+        assert!(q.pop_if(3, |_| true).is_some(), "the keepalive due at 3");
+        assert_eq!(q.frames_in_flight(), 1);
+        q.drop_frames(|c| c == ConnId(3));
+        assert_eq!(q.frames_in_flight(), 1);
+        assert!(matches!(q.pop(), Some((5, Event::Frame(ConnId(1), ..)))));
+        assert_eq!(q.frames_in_flight(), 0);
+        assert!(q.pop().is_none());
+        q.push_keepalive(6, frame(4)).unwrap();
+        assert_eq!(q.frames_in_flight(), 0, "a keepalive alone is quiet");
+        q.push(7, frame(5)).unwrap();
+        assert_eq!(q.frames_in_flight(), 1);
+    }
+}
