@@ -801,8 +801,18 @@ impl TodoList {
         state: &mut automerge::sync::State,
         fresh_from: Option<u64>,
     ) -> Option<automerge::sync::Message> {
-        let mut m = match sync::generate(&self.doc, &self.recent, &self.pending, state, fresh_from)
-        {
+        let budget = sync::SYNC_CHANGES_BYTES_MAX;
+        let mut cut = None;
+        let window = sync::generate(
+            &self.doc,
+            &self.recent,
+            &self.pending,
+            state,
+            fresh_from,
+            budget,
+            &mut cut,
+        );
+        let m = match window {
             Some(m) => {
                 self.sync_counters.count(true);
                 m
@@ -815,10 +825,14 @@ impl TodoList {
                     shared = state.shared_heads.len(),
                     "generate: stock sync step"
                 );
-                self.generate_sync_message_stock(state)
+                let mut m = self.generate_sync_message_stock(state);
+                if let Some(m) = &mut m {
+                    cut = self.cut_message(m, state, budget);
+                }
+                m
             }
         }?;
-        if let Some((sent, left)) = self.cut_message(&mut m, state, sync::SYNC_CHANGES_BYTES_MAX) {
+        if let Some((sent, left)) = cut {
             self.sync_counters.count_cut();
             tracing::debug!(
                 sent,
@@ -877,11 +891,7 @@ impl TodoList {
                 changes.push(c);
             }
         }
-        let (ordered, waiting) = causal_order(&self.doc, changes);
-        debug_assert!(
-            waiting.is_empty(),
-            "a change sent whose dependency is not here"
-        );
+        let ordered = dependencies_first(changes);
         let mut taken = 0usize;
         let mut used = 0usize;
         for c in &ordered {
@@ -892,8 +902,8 @@ impl TodoList {
             taken += 1;
             used += len;
         }
-        let left: Vec<&Change> = ordered[taken..].iter().chain(&waiting).collect();
-        for c in &left {
+        let left = &ordered[taken..];
+        for c in left {
             state.sent_hashes.remove(&c.hash());
         }
         let v2 = m.version == automerge::sync::MessageVersion::V2;
@@ -1230,6 +1240,42 @@ fn storage_chunk_len(bytes: &[u8]) -> Result<usize, String> {
         ));
     }
     Ok(total)
+}
+
+/// `changes` in an order where every change follows those of its dependencies that are
+/// among them (Kahn's algorithm; ties in the order given).
+fn dependencies_first(changes: Vec<Change>) -> Vec<Change> {
+    let index: std::collections::HashMap<ChangeHash, usize> = changes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.hash(), i))
+        .collect();
+    let mut waiting_on = vec![0usize; changes.len()];
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); changes.len()];
+    for (i, c) in changes.iter().enumerate() {
+        for d in c.deps() {
+            if let Some(&j) = index.get(d) {
+                waiting_on[i] += 1;
+                children[j].push(i);
+            }
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = (0..changes.len())
+        .filter(|&i| waiting_on[i] == 0)
+        .map(std::cmp::Reverse)
+        .collect();
+    let mut order = Vec::with_capacity(changes.len());
+    while let Some(std::cmp::Reverse(i)) = ready.pop() {
+        order.push(i);
+        for &k in &children[i] {
+            waiting_on[k] -= 1;
+            if waiting_on[k] == 0 {
+                ready.push(std::cmp::Reverse(k));
+            }
+        }
+    }
+    let mut slots: Vec<Option<Change>> = changes.into_iter().map(Some).collect();
+    order.iter().filter_map(|&i| slots[i].take()).collect()
 }
 
 /// Splits `changes` (none of them in `doc`) into those that can be applied now, in an

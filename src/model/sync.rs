@@ -600,13 +600,18 @@ pub(crate) fn advance_heads(
 }
 
 /// Stock `generate_sync_message` from the window. `None` when the window cannot
-/// answer (state untouched); `Some(None)` when there is nothing to send.
+/// answer (state untouched); `Some(None)` when there is nothing to send. Changes over
+/// `budget` bytes are cut to the oldest that fit (at least one; the others are left
+/// for the next message, see `TodoList::generate_sync_message`), and `cut` says how
+/// many went and how many were left.
 pub(crate) fn generate(
     doc: &Automerge,
     recent: &Recent,
     pending: &[Change],
     state: &mut State,
     fresh_from: Option<u64>,
+    budget: usize,
+    cut: &mut Option<(usize, usize)>,
 ) -> Option<Option<Message>> {
     if !recent.in_step(doc) {
         return None;
@@ -667,6 +672,21 @@ pub(crate) fn generate(
             .map(|h| recent.entry(h))
             .collect::<Option<_>>()?;
         changes.extend(since_part);
+        if changes.iter().map(|e| e.bytes.len()).sum::<usize>() > budget {
+            // The window holds changes in the order they were applied: causal order.
+            changes.sort_unstable_by_key(|e| e.pos);
+            changes.dedup_by_key(|e| e.pos);
+            let mut used = 0;
+            let taken = changes
+                .iter()
+                .take_while(|e| {
+                    used += e.bytes.len();
+                    used == e.bytes.len() || used <= budget
+                })
+                .count();
+            *cut = Some((taken, changes.len() - taken));
+            changes.truncate(taken);
+        }
         changes
     } else {
         Vec::new()
