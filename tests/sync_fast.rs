@@ -192,8 +192,9 @@ impl World {
 
     /// Syncs everyone to quiescence (every message delivered), comparing all the way.
     /// After a lost message stock sync can trade the same messages for ever (a change
-    /// counted as sent is not sent again); like a real client, a peer that makes no
-    /// progress reconnects with fresh states.
+    /// counted as sent is not sent again), or fall silent (a side waits for an answer
+    /// to the message that was lost); like a real client, a peer that makes no
+    /// progress, or goes quiet without the hub's heads, reconnects with fresh states.
     fn settle(&mut self) {
         for round in 0..50 {
             let mut quiet = true;
@@ -215,7 +216,15 @@ impl World {
                 }
             }
             if quiet {
-                break;
+                let behind: Vec<usize> = (0..self.peers.len())
+                    .filter(|&p| self.peers[p].list.heads() != self.hub.heads())
+                    .collect();
+                if behind.is_empty() {
+                    break;
+                }
+                for p in behind {
+                    self.run(Step::Reconnect(p));
+                }
             }
             assert!(round < 49, "no quiescence");
         }

@@ -415,28 +415,58 @@ impl Recent {
             .filter_map(|h| self.by_hash.get(h))
             .max()
             .map(|&pos| usize::try_from(pos - self.offset).unwrap_or(usize::MAX));
-        let mut reached: HashSet<ChangeHash> = key.iter().copied().collect();
-        let mut cut = None;
-        match top {
-            None => {
-                if self.base_heads.iter().all(|b| reached.contains(b)) {
-                    cut = Some(0);
+        // Reached: ancestors of `heads` (and the heads), by window index; hashes older
+        // than the window apart (few: base heads and what concurrent writers built on).
+        let len = top.map_or(0, |t| t.min(self.entries.len().saturating_sub(1)) + 1);
+        let mut reached = vec![false; len];
+        let mut reached_out: HashSet<ChangeHash> = HashSet::default();
+        let index = |pos: u64| {
+            pos.checked_sub(self.offset)
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|&i| i < len)
+        };
+        for h in &key {
+            match self.by_hash.get(h).and_then(|&p| index(p)) {
+                Some(i) => reached[i] = true,
+                None => {
+                    reached_out.insert(*h);
                 }
             }
-            Some(top) => {
-                for idx in (0..=top.min(self.entries.len().saturating_sub(1))).rev() {
-                    let e = &self.entries[idx];
-                    if reached.contains(&e.hash) {
-                        reached.extend(e.deps.iter().copied());
+        }
+        let is_reached =
+            |reached: &[bool], reached_out: &HashSet<ChangeHash>, h: &ChangeHash| match self
+                .by_hash
+                .get(h)
+                .and_then(|&p| index(p))
+            {
+                Some(i) => reached[i],
+                None => reached_out.contains(h),
+            };
+        let mut cut = None;
+        if len == 0 {
+            if self.base_heads.iter().all(|b| reached_out.contains(b)) {
+                cut = Some(0);
+            }
+        } else {
+            for idx in (0..len).rev() {
+                let e = &self.entries[idx];
+                if reached[idx] {
+                    for (d, &p) in e.deps.iter().zip(e.dep_pos.iter()) {
+                        match index(p) {
+                            Some(i) => reached[i] = true,
+                            None => {
+                                reached_out.insert(*d);
+                            }
+                        }
                     }
-                    let before = match idx {
-                        0 => &self.base_heads,
-                        _ => &self.entries[idx - 1].heads_after,
-                    };
-                    if before.iter().all(|h| reached.contains(h)) {
-                        cut = Some(idx);
-                        break;
-                    }
+                }
+                let before = match idx {
+                    0 => &self.base_heads,
+                    _ => &self.entries[idx - 1].heads_after,
+                };
+                if before.iter().all(|h| is_reached(&reached, &reached_out, h)) {
+                    cut = Some(idx);
+                    break;
                 }
             }
         }
@@ -444,8 +474,10 @@ impl Recent {
         Some(
             self.entries
                 .iter()
+                .enumerate()
                 .skip(cut)
-                .filter(|e| !reached.contains(&e.hash))
+                .filter(|(i, _)| !reached.get(*i).copied().unwrap_or(false))
+                .map(|(_, e)| e)
                 .collect(),
         )
     }
@@ -472,27 +504,40 @@ impl Recent {
         for h in sent {
             lowest = lowest.min(*self.by_hash.get(h)?);
         }
+        // The walk goes by position over [lowest, end): a lagging peer has thousands of
+        // changes in flight and its heads sit thousands of entries above them, and this
+        // runs for each of its messages.
+        let base = lowest.checked_sub(self.offset)?;
+        let span = usize::try_from(self.end() - lowest).ok()?;
+        let slot = |pos: u64| {
+            pos.checked_sub(lowest)
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|&i| i < span)
+        };
+        let mut is_sent = vec![false; span];
+        for h in sent {
+            is_sent[slot(*self.by_hash.get(h)?)?] = true;
+        }
+        let mut seen = vec![false; span];
         let mut found = Vec::new();
-        let mut seen = HashSet::default();
-        let mut stack: Vec<ChangeHash> = heads.to_vec();
-        while let Some(h) = stack.pop() {
-            // Outside the window (older than all of it) or unknown: nothing in `sent`
-            // lies below it.
-            let Some(&pos) = self.by_hash.get(&h) else {
-                continue;
-            };
-            if pos < lowest || !seen.insert(h) {
+        // Outside the window (older than all of it) or unknown: nothing in `sent` lies
+        // below it.
+        let mut stack: Vec<usize> = heads
+            .iter()
+            .filter_map(|h| self.by_hash.get(h).and_then(|&p| slot(p)))
+            .collect();
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut seen[i], true) {
                 continue;
             }
-            if sent.contains(&h) {
-                found.push(h);
+            let e = &self.entries[usize::try_from(base).ok()? + i];
+            if is_sent[i] {
+                found.push(e.hash);
                 if found.len() == sent.len() {
                     break;
                 }
             }
-            if let Some(e) = self.entry(&h) {
-                stack.extend(e.deps.iter().copied());
-            }
+            stack.extend(e.dep_pos.iter().filter_map(|&p| slot(p)));
         }
         Some(found)
     }
