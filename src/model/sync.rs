@@ -500,10 +500,11 @@ impl Recent {
         if sent.is_empty() {
             return Some(Vec::new());
         }
-        let mut lowest = u64::MAX;
-        for h in sent {
-            lowest = lowest.min(*self.by_hash.get(h)?);
-        }
+        let positions: Vec<u64> = sent
+            .iter()
+            .map(|h| self.by_hash.get(h).copied())
+            .collect::<Option<_>>()?;
+        let lowest = positions.iter().copied().min()?;
         // The walk goes by position over [lowest, end): a lagging peer has thousands of
         // changes in flight and its heads sit thousands of entries above them, and this
         // runs for each of its messages.
@@ -515,8 +516,8 @@ impl Recent {
                 .filter(|&i| i < span)
         };
         let mut is_sent = vec![false; span];
-        for h in sent {
-            is_sent[slot(*self.by_hash.get(h)?)?] = true;
+        for &p in &positions {
+            is_sent[slot(p)?] = true;
         }
         let mut seen = vec![false; span];
         let mut found = Vec::new();
