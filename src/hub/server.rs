@@ -29,9 +29,9 @@ pub const CONNECTIONS_MAX: usize = 10_000;
 pub const OUTBOX_FRAMES_MAX: usize = 256;
 /// Bytes queued for one connection before it counts as a slow reader and is closed
 /// (besides tungstenite's own write buffer). A frame is refused only when this much is
-/// queued already, so that one message larger than the bound (a peer back after a long
-/// absence gets everything it missed in one sync message) still goes out: what one
-/// stalled peer can pin is this plus one message (`MESSAGE_BYTES_MAX`).
+/// queued already, so that one message larger than the bound (a single large change;
+/// sync messages carry at most `SYNC_CHANGES_BYTES_MAX` of changes) still goes out:
+/// what one stalled peer can pin is this plus one message (`MESSAGE_BYTES_MAX`).
 pub const OUTBOX_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// Inputs queued for the hub task (connections wait when it is full).
 pub const HUB_QUEUE_MAX: usize = 4_096;
@@ -48,8 +48,8 @@ pub const READ_BUFFER_BYTES: usize = 4 * 1024;
 pub const WRITE_BUFFER_BYTES: usize = 4 * 1024;
 /// Most bytes tungstenite may hold unsent for one connection. A message larger than
 /// this cannot be sent: the connection is closed (logged "write to the peer failed").
-/// A peer far behind is sent everything it lacks in one sync message, which can outgrow
-/// it (see the note on MESSAGE_BYTES_MAX catch-ups in ARCHITECTURE.md).
+/// A peer far behind gets what it lacks over several sync messages, each with at most
+/// `SYNC_CHANGES_BYTES_MAX` of changes (see ARCHITECTURE.md), well under this.
 pub const WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// A connection must finish the WebSocket handshake within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
