@@ -1243,60 +1243,41 @@ fn storage_chunk_len(bytes: &[u8]) -> Result<usize, String> {
 }
 
 /// `changes` in an order where every change follows those of its dependencies that are
-/// among them (Kahn's algorithm; ties in the order given).
+/// among them (the others are the peer's already: a sync message's changes).
 fn dependencies_first(changes: Vec<Change>) -> Vec<Change> {
-    let index: std::collections::HashMap<ChangeHash, usize> = changes
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.hash(), i))
-        .collect();
-    let mut waiting_on = vec![0usize; changes.len()];
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); changes.len()];
-    for (i, c) in changes.iter().enumerate() {
-        for d in c.deps() {
-            if let Some(&j) = index.get(d) {
-                waiting_on[i] += 1;
-                children[j].push(i);
-            }
-        }
-    }
-    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = (0..changes.len())
-        .filter(|&i| waiting_on[i] == 0)
-        .map(std::cmp::Reverse)
-        .collect();
-    let mut order = Vec::with_capacity(changes.len());
-    while let Some(std::cmp::Reverse(i)) = ready.pop() {
-        order.push(i);
-        for &k in &children[i] {
-            waiting_on[k] -= 1;
-            if waiting_on[k] == 0 {
-                ready.push(std::cmp::Reverse(k));
-            }
-        }
-    }
-    let mut slots: Vec<Option<Change>> = changes.into_iter().map(Some).collect();
-    order.iter().filter_map(|&i| slots[i].take()).collect()
+    let (ready, waiting) = split_in_causal_order(changes, |_| false);
+    debug_assert!(waiting.is_empty());
+    ready
 }
 
 /// Splits `changes` (none of them in `doc`) into those that can be applied now, in an
 /// order where every change follows its dependencies (Kahn's algorithm), and those that
 /// wait for a dependency nobody has sent yet.
 fn causal_order(doc: &Automerge, changes: Vec<Change>) -> (Vec<Change>, Vec<Change>) {
-    use std::collections::HashMap;
-    let index: HashMap<ChangeHash, usize> = changes
+    split_in_causal_order(changes, |d| doc.get_change_meta_by_hash(d).is_none())
+}
+
+/// Kahn's algorithm over `changes`: those whose dependencies among them come first, in
+/// order (ties in the order given), then those that depend, directly or not, on a
+/// change `missing` says is nowhere (asked only for dependencies not among them).
+fn split_in_causal_order(
+    changes: Vec<Change>,
+    missing: impl Fn(&ChangeHash) -> bool,
+) -> (Vec<Change>, Vec<Change>) {
+    let index: std::collections::HashMap<ChangeHash, usize> = changes
         .iter()
         .enumerate()
         .map(|(i, c)| (c.hash(), i))
         .collect();
     let mut waiting_on = vec![0usize; changes.len()];
     let mut blocked = vec![false; changes.len()];
-    let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); changes.len()];
     for (i, c) in changes.iter().enumerate() {
         for d in c.deps() {
             if let Some(&j) = index.get(d) {
                 waiting_on[i] += 1;
-                children.entry(j).or_default().push(i);
-            } else if doc.get_change_meta_by_hash(d).is_none() {
+                children[j].push(i);
+            } else if missing(d) {
                 blocked[i] = true;
             }
         }
@@ -1307,7 +1288,7 @@ fn causal_order(doc: &Automerge, changes: Vec<Change>) -> (Vec<Change>, Vec<Chan
     let mut order = Vec::with_capacity(changes.len());
     while let Some(i) = queue.pop_front() {
         order.push(i);
-        for &k in children.get(&i).map(Vec::as_slice).unwrap_or_default() {
+        for &k in &children[i] {
             waiting_on[k] -= 1;
             if waiting_on[k] == 0 && !blocked[k] {
                 queue.push_back(k);
