@@ -17,7 +17,7 @@ use automerge::sync::{Message, State, SyncDoc};
 use automerge::{Automerge, ReadDoc};
 use common::{actor, patch, task, upsert};
 use proptest::prelude::*;
-use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
+use swarmtodo::model::sync::{SentIndex, SYNC_WINDOW_CHANGES};
 use swarmtodo::model::{TodoList, WriteContext};
 
 /// One hub-side peer connection: the peer replica, its state toward the hub, the hub's
@@ -26,6 +26,9 @@ struct Peer {
     list: TodoList,
     state: State,
     hub_fast: State,
+    /// The hub's index of `hub_fast`'s changes in flight, kept across steps as the hub
+    /// keeps it (and not reset on reconnect: a stale one must be noticed).
+    hub_sent: SentIndex,
     hub_stock: State,
     to_hub: VecDeque<Vec<u8>>,
     to_peer: VecDeque<Vec<u8>>,
@@ -84,6 +87,7 @@ impl World {
                 list: TodoList::create(actor(i as u8 + 1)),
                 state: State::new(),
                 hub_fast: State::new(),
+                hub_sent: SentIndex::default(),
                 hub_stock: State::new(),
                 to_hub: VecDeque::new(),
                 to_peer: VecDeque::new(),
@@ -138,7 +142,9 @@ impl World {
             }
             Step::HubSends(p) => {
                 let peer = &mut self.peers[p];
-                let fast = self.hub.generate_sync_message(&mut peer.hub_fast);
+                let fast = self
+                    .hub
+                    .generate_sync_message_indexed(&mut peer.hub_fast, &mut peer.hub_sent);
                 let stock = self.reference.generate_sync_message(&mut peer.hub_stock);
                 let queued = !self.reference.get_missing_deps(&[]).is_empty();
                 assert_messages_equal(fast.as_ref(), stock.as_ref(), queued);
@@ -157,7 +163,11 @@ impl World {
                     return;
                 };
                 self.hub
-                    .receive_sync_message(&mut peer.hub_fast, Message::decode(&bytes).unwrap())
+                    .receive_sync_message_indexed(
+                        &mut peer.hub_fast,
+                        &mut peer.hub_sent,
+                        Message::decode(&bytes).unwrap(),
+                    )
                     .unwrap();
                 self.reference
                     .receive_sync_message(&mut peer.hub_stock, Message::decode(&bytes).unwrap())

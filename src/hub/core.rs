@@ -17,6 +17,7 @@ use automerge::{sync, ActorId, Automerge, ChangeHash};
 use super::syncmsg;
 use super::wire::{self, DocumentId, PeerId, PeerMetadata, WireMessage};
 use crate::authority::{Authority, Policy, Roles};
+use crate::model::sync::SentIndex;
 use crate::model::{normalize, ChangeInfo, Merge, TodoList};
 use crate::proto::{EventBody, TaskChange};
 
@@ -237,6 +238,8 @@ pub struct DocState {
 struct Peer {
     /// Its sync state.
     state: sync::State,
+    /// Its changes in flight by window position (see `SentIndex`).
+    sent: SentIndex,
     /// The list's window position when its last message was received
     /// (`TodoList::window_end`): changes applied since are news to it, whatever its
     /// Bloom filter says (`TodoList::generate_sync_message_after`).
@@ -314,6 +317,7 @@ struct Generated {
     before: sync::State,
     heard_at: u64,
     after: sync::State,
+    after_sent: SentIndex,
     frame: Option<wire::ToEach>,
     /// The message was cut (see `Peer::catching_up`).
     cut: bool,
@@ -724,6 +728,7 @@ impl HubCore {
         let merged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let peer = doc.peers.entry(c).or_insert_with(|| Peer {
                 state: sync::State::new(),
+                sent: SentIndex::default(),
                 heard_at: 0,
                 heard_ms: now_ms,
                 unacked: VecDeque::new(),
@@ -734,7 +739,9 @@ impl HubCore {
             let took_as_known = (brought_earlier && message.changes.is_empty())
                 .then(|| message.heads.clone())
                 .filter(|heads| !heads.is_empty());
-            let mut merge = doc.list.receive_sync_message(state, message)?;
+            let mut merge =
+                doc.list
+                    .receive_sync_message_indexed(state, &mut peer.sent, message)?;
             doc.list.settle_their_have(state);
             peer.heard_at = doc.list.window_end();
             peer.heard_ms = now_ms;
@@ -959,6 +966,7 @@ impl HubCore {
             if let Some(same) = &fan_out.generated {
                 if same.heard_at == heard_at && same.before == peer.state {
                     peer.state.clone_from(&same.after);
+                    peer.sent.clone_from(&same.after_sent);
                     if let Some(each) = &same.frame {
                         fx.sends.push((t, each.to(&target_id)));
                         peer.catching_up = same.cut;
@@ -972,8 +980,8 @@ impl HubCore {
         let counted = doc.list.sync_counters();
         let m = doc
             .list
-            .generate_sync_message_after(&mut peer.state, heard_at);
-        let states = before.map(|before| (before, peer.state.clone()));
+            .generate_sync_message_after(&mut peer.state, &mut peer.sent, heard_at);
+        let states = before.map(|before| (before, peer.state.clone(), peer.sent.clone()));
         let made = m.is_some();
         let cut = doc.list.sync_counters().cut > counted.cut;
         if let Some((sent, false)) = sent {
@@ -999,11 +1007,12 @@ impl HubCore {
         } else {
             None
         };
-        if let Some((before, after)) = states {
+        if let Some((before, after, after_sent)) = states {
             fan_out.generated = Some(Generated {
                 before,
                 heard_at,
                 after,
+                after_sent,
                 frame: each.cloned(),
                 cut,
             });

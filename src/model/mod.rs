@@ -639,8 +639,21 @@ impl TodoList {
         state: &mut automerge::sync::State,
         message: automerge::sync::Message,
     ) -> Result<Merge, ModelError> {
+        self.receive_sync_message_indexed(state, &mut sync::SentIndex::default(), message)
+    }
+
+    /// [`TodoList::receive_sync_message`] for a peer whose changes in flight are kept
+    /// indexed beside its state (`sent`, see [`sync::SentIndex`]): what the peer acknowledges
+    /// costs a walk from its heads, not a lookup per change in flight. A hub keeps one
+    /// per peer.
+    pub fn receive_sync_message_indexed(
+        &mut self,
+        state: &mut automerge::sync::State,
+        sent: &mut sync::SentIndex,
+        message: automerge::sync::Message,
+    ) -> Result<Merge, ModelError> {
         let (merge, before, message) = self.receive_changes(message)?;
-        match sync::receive_state(&self.doc, &self.recent, state, message, &before) {
+        match sync::receive_state(&self.doc, &self.recent, state, sent, message, &before) {
             Ok(()) => {
                 self.sync_counters.count(true);
                 Ok(merge)
@@ -652,6 +665,7 @@ impl TodoList {
                     sent = state.sent_hashes.len(),
                     "receive: stock sync step"
                 );
+                sent.forget();
                 self.receive_state_stock(state, message, &before)?;
                 Ok(merge)
             }
@@ -721,7 +735,17 @@ impl TodoList {
         &self,
         state: &mut automerge::sync::State,
     ) -> Option<automerge::sync::Message> {
-        self.generate_with(state, None)
+        self.generate_with(state, &mut sync::SentIndex::default(), None)
+    }
+
+    /// [`TodoList::generate_sync_message`] with the peer's changes in flight indexed
+    /// (see [`TodoList::receive_sync_message_indexed`]).
+    pub fn generate_sync_message_indexed(
+        &self,
+        state: &mut automerge::sync::State,
+        sent: &mut sync::SentIndex,
+    ) -> Option<automerge::sync::Message> {
+        self.generate_with(state, sent, None)
     }
 
     /// Replaces what a peer's last message said it has (`their_have`: a Bloom filter of
@@ -737,11 +761,7 @@ impl TodoList {
         };
         let settled =
             have.len() == 1 && have[0].last_sync == *heads && have[0].bloom.to_bytes().is_empty();
-        if settled
-            || heads
-                .iter()
-                .any(|h| self.doc.get_change_meta_by_hash(h).is_none())
-        {
+        if settled || heads.iter().any(|h| !self.recent.has_change(&self.doc, h)) {
             return false;
         }
         state.their_have = Some(vec![automerge::sync::Have {
@@ -791,14 +811,16 @@ impl TodoList {
     pub fn generate_sync_message_after(
         &self,
         state: &mut automerge::sync::State,
+        sent: &mut sync::SentIndex,
         heard_at: u64,
     ) -> Option<automerge::sync::Message> {
-        self.generate_with(state, Some(heard_at))
+        self.generate_with(state, sent, Some(heard_at))
     }
 
     fn generate_with(
         &self,
         state: &mut automerge::sync::State,
+        sent: &mut sync::SentIndex,
         fresh_from: Option<u64>,
     ) -> Option<automerge::sync::Message> {
         let budget = sync::SYNC_CHANGES_BYTES_MAX;
@@ -808,6 +830,7 @@ impl TodoList {
             &self.recent,
             &self.pending,
             state,
+            sent,
             fresh_from,
             budget,
             &mut cut,
@@ -825,6 +848,7 @@ impl TodoList {
                     shared = state.shared_heads.len(),
                     "generate: stock sync step"
                 );
+                sent.forget();
                 let mut m = self.generate_sync_message_stock(state);
                 if let Some(m) = &mut m {
                     cut = self.cut_message(m, state, budget);
@@ -1209,8 +1233,9 @@ pub fn chunk_changes(bytes: &[u8]) -> Result<Vec<Change>, String> {
 }
 
 /// Length of the storage chunk at the start of `bytes`: magic (4), checksum (4), type
-/// (1), LEB128 length, then that many bytes.
-fn storage_chunk_len(bytes: &[u8]) -> Result<usize, String> {
+/// (1), LEB128 length, then that many bytes. A sync message's change chunk is one or
+/// more of these, one after the other.
+pub fn storage_chunk_len(bytes: &[u8]) -> Result<usize, String> {
     if bytes.len() < 9 || bytes[..4] != CHUNK_MAGIC {
         return Err("not an Automerge storage chunk".to_owned());
     }

@@ -139,8 +139,11 @@ struct Entry {
 }
 
 /// The last changes a replica applied, in order (see the module docs).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Recent {
+    /// Which window this is, for [`SentIndex`]: positions are this window's own (a
+    /// window that starts over, or a copy that goes its own way, takes a new one).
+    epoch: u64,
     /// Heads before the first entry (sorted).
     base_heads: Vec<ChangeHash>,
     entries: VecDeque<Entry>,
@@ -155,12 +158,36 @@ pub(crate) struct Recent {
     keep_from: u64,
 }
 
+/// The last epoch given to a window ([`Recent::epoch`]; 0 is none).
+static EPOCHS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn next_epoch() -> u64 {
+    EPOCHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+}
+
+impl Clone for Recent {
+    /// A copy with an epoch of its own: the copy goes its own way (a forked list), and a
+    /// [`SentIndex`] made against one must not pass for the other's.
+    fn clone(&self) -> Self {
+        Recent {
+            epoch: next_epoch(),
+            base_heads: self.base_heads.clone(),
+            entries: self.entries.clone(),
+            offset: self.offset,
+            by_hash: self.by_hash.clone(),
+            by_heads: self.by_heads.clone(),
+            keep_from: self.keep_from,
+        }
+    }
+}
+
 impl Recent {
     /// An empty window at `heads`.
     pub(crate) fn at(heads: Vec<ChangeHash>) -> Recent {
         let mut by_heads = HashMap::default();
         by_heads.insert(heads.clone(), 0);
         Recent {
+            epoch: next_epoch(),
             base_heads: heads,
             entries: VecDeque::new(),
             offset: 0,
@@ -381,7 +408,9 @@ impl Recent {
         self.heads() == doc.get_heads().as_slice()
     }
 
-    fn has_change(&self, doc: &Automerge, h: &ChangeHash) -> bool {
+    /// True when `doc` has change `h`: the window answers for its own changes without
+    /// a lookup in automerge's change graph.
+    pub(crate) fn has_change(&self, doc: &Automerge, h: &ChangeHash) -> bool {
         self.by_hash.contains_key(h) || doc.get_change_meta_by_hash(h).is_some()
     }
 
@@ -460,8 +489,12 @@ impl Recent {
                         }
                     }
                 }
+                // The entry right before is one of the heads before this one: unless it
+                // is reached, they are not all (an index, where the heads cost a hash
+                // lookup each, and concurrent writers leave dozens).
                 let before = match idx {
                     0 => &self.base_heads,
+                    _ if !reached[idx - 1] => continue,
                     _ => &self.entries[idx - 1].heads_after,
                 };
                 if before.iter().all(|h| is_reached(&reached, &reached_out, h)) {
@@ -487,60 +520,134 @@ impl Recent {
         self.entries.get(usize::try_from(pos - self.offset).ok()?)
     }
 
-    /// What the stock `remove_ancestors(sent, heads)` drops from `sent`: the hashes in
-    /// `sent` that are ancestors of `heads` (inclusive). `None` when a hash in `sent` is
-    /// older than the window (the walk would leave it). Returned rather than applied so
-    /// that an acknowledgement costs what it acknowledges, not a copy of everything in
-    /// flight (a lagging peer has thousands).
-    fn ancestors_among(
-        &self,
-        sent: &BTreeSet<ChangeHash>,
-        heads: &[ChangeHash],
-    ) -> Option<Vec<ChangeHash>> {
-        if sent.is_empty() {
+    /// What the stock `remove_ancestors(sent, heads)` drops from `sent`: the positions
+    /// in `sent` (sorted; see [`SentIndex`]) of changes that are ancestors of `heads`
+    /// (inclusive). `None` when one is older than the window (the walk would leave it).
+    /// Returned rather than applied so that an acknowledgement costs what it
+    /// acknowledges, not a copy of everything in flight (a lagging peer has thousands).
+    fn ancestors_among(&self, sent: &[u64], heads: &[ChangeHash]) -> Option<Vec<u64>> {
+        let Some(&lowest) = sent.first() else {
             return Some(Vec::new());
+        };
+        if lowest < self.offset {
+            return None;
         }
-        let positions: Vec<u64> = sent
+        // Every change before `low` is an ancestor (a peer's heads are usually a state
+        // it heard from us and its own changes since): those in flight are
+        // acknowledged without a walk.
+        let mut key = heads.to_vec();
+        key.sort_unstable();
+        key.dedup();
+        let low = self.low_of(&key).unwrap_or(0);
+        let below = sent.partition_point(|&p| p < low);
+        let mut found = sent[..below].to_vec();
+        let rest = &sent[below..];
+        let Some(&bottom) = rest.first() else {
+            return Some(found);
+        };
+        // The rest: a sweep down from the newest of `heads` to the lowest of them in
+        // flight, marking ancestors by position (the window is in causal order: a
+        // change's ancestors stand before it). Heads older than the window, or unknown,
+        // reach nothing in it.
+        let Some(top) = key
             .iter()
-            .map(|h| self.by_hash.get(h).copied())
-            .collect::<Option<_>>()?;
-        let lowest = positions.iter().copied().min()?;
-        // The walk goes by position over [lowest, end): a lagging peer has thousands of
-        // changes in flight and its heads sit thousands of entries above them, and this
-        // runs for each of its messages.
-        let base = lowest.checked_sub(self.offset)?;
-        let span = usize::try_from(self.end() - lowest).ok()?;
+            .filter_map(|h| self.by_hash.get(h).copied())
+            .filter(|&p| p >= bottom)
+            .max()
+        else {
+            return Some(found);
+        };
+        let span = usize::try_from(top - bottom).ok()? + 1;
         let slot = |pos: u64| {
-            pos.checked_sub(lowest)
+            pos.checked_sub(bottom)
                 .and_then(|i| usize::try_from(i).ok())
                 .filter(|&i| i < span)
         };
-        let mut is_sent = vec![false; span];
-        for &p in &positions {
-            is_sent[slot(p)?] = true;
+        let mut reached = vec![false; span];
+        for h in &key {
+            if let Some(i) = self.by_hash.get(h).and_then(|&p| slot(p)) {
+                reached[i] = true;
+            }
         }
-        let mut seen = vec![false; span];
-        let mut found = Vec::new();
-        // Outside the window (older than all of it) or unknown: nothing in `sent` lies
-        // below it.
-        let mut stack: Vec<usize> = heads
-            .iter()
-            .filter_map(|h| self.by_hash.get(h).and_then(|&p| slot(p)))
-            .collect();
-        while let Some(i) = stack.pop() {
-            if std::mem::replace(&mut seen[i], true) {
+        let base = usize::try_from(bottom - self.offset).ok()?;
+        // `rest` from its end: the next position in flight at or below the sweep's.
+        let mut next = rest.len();
+        for i in (0..span).rev() {
+            let pos = bottom + i as u64;
+            while next > 0 && rest[next - 1] > pos {
+                next -= 1;
+            }
+            if next == 0 {
+                break;
+            }
+            if !reached[i] {
                 continue;
             }
-            let e = &self.entries[usize::try_from(base).ok()? + i];
-            if is_sent[i] {
-                found.push(e.hash);
-                if found.len() == sent.len() {
-                    break;
+            if rest[next - 1] == pos {
+                found.push(pos);
+            }
+            for &d in self.entries.get(base + i)?.dep_pos.iter() {
+                if let Some(j) = slot(d) {
+                    reached[j] = true;
                 }
             }
-            stack.extend(e.dep_pos.iter().filter_map(|&p| slot(p)));
         }
         Some(found)
+    }
+
+    /// The hash of the change at window position `pos`, if the window holds it.
+    fn hash_at(&self, pos: u64) -> Option<ChangeHash> {
+        let i = usize::try_from(pos.checked_sub(self.offset)?).ok()?;
+        self.entries.get(i).map(|e| e.hash)
+    }
+}
+
+/// The window positions of a peer's `sent_hashes` (sorted), kept beside its sync
+/// [`State`] by a replica that syncs it often (a hub, for each peer). A peer behind a
+/// busy hub has thousands of changes in flight, and each of its messages asks which
+/// of them its heads acknowledge: by hash, that is a lookup per change in flight per
+/// message; by position, a sweep over the window from its heads down. It is only a
+/// cache: when it does not match the state (a stock sync step changed `sent_hashes`,
+/// the window started over), it is made again from the hashes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SentIndex {
+    /// The window the positions are of ([`Recent::epoch`]); 0: none yet.
+    epoch: u64,
+    positions: Vec<u64>,
+}
+
+impl SentIndex {
+    /// The positions of `state.sent_hashes`, made again from the hashes unless this
+    /// index is of `recent` and as long (the fast paths below keep both in step; a
+    /// stock step drops the index: [`SentIndex::forget`]). `None` when a change
+    /// in flight is not in the window.
+    fn of<'i>(&'i mut self, recent: &Recent, state: &State) -> Option<&'i [u64]> {
+        if self.epoch != recent.epoch || self.positions.len() != state.sent_hashes.len() {
+            self.epoch = 0;
+            let mut positions: Vec<u64> = state
+                .sent_hashes
+                .iter()
+                .map(|h| recent.by_hash.get(h).copied())
+                .collect::<Option<_>>()?;
+            positions.sort_unstable();
+            self.positions = positions;
+            self.epoch = recent.epoch;
+        }
+        debug_assert!(
+            self.positions.len() == state.sent_hashes.len()
+                && self.positions.iter().all(|&p| recent
+                    .hash_at(p)
+                    .is_some_and(|h| state.sent_hashes.contains(&h))),
+            "sent index out of step with sent_hashes"
+        );
+        Some(&self.positions)
+    }
+
+    /// Forgets the positions: `sent_hashes` changed some other way (a stock sync
+    /// step), and the next use makes them again.
+    pub(crate) fn forget(&mut self) {
+        self.epoch = 0;
+        self.positions.clear();
     }
 }
 
@@ -552,6 +659,7 @@ pub(crate) fn receive_state(
     doc: &Automerge,
     recent: &Recent,
     state: &mut State,
+    sent: &mut SentIndex,
     message: Message,
     before: &[ChangeHash],
 ) -> Result<(), Message> {
@@ -565,7 +673,10 @@ pub(crate) fn receive_state(
         .filter(|h| recent.has_change(doc, h))
         .copied()
         .collect();
-    let Some(acknowledged) = recent.ancestors_among(&state.sent_hashes, &known) else {
+    let Some(acknowledged) = sent
+        .of(recent, state)
+        .and_then(|positions| recent.ancestors_among(positions, &known))
+    else {
         tracing::debug!(
             why = "a change in flight is older than the window",
             missing = state.sent_hashes.iter().filter(|h| !recent.by_hash.contains_key(h)).count(),
@@ -595,6 +706,7 @@ pub(crate) fn receive_state(
         state.their_capabilities = Some(caps);
         if flags.contains(MessageFlags::SYNC_RESET) {
             state.sent_hashes.clear();
+            sent.positions.clear();
         }
         state.peer_read_only = flags.contains(MessageFlags::READ_ONLY);
     }
@@ -603,8 +715,16 @@ pub(crate) fn receive_state(
         state.shared_heads = advance_heads(before, &after, &state.shared_heads);
     }
     // The stock function removes ancestors after a possible reset cleared the set.
-    for h in &acknowledged {
-        state.sent_hashes.remove(h);
+    if !state.sent_hashes.is_empty() {
+        for &p in &acknowledged {
+            if let Some(h) = recent.hash_at(p) {
+                state.sent_hashes.remove(&h);
+            }
+        }
+        let mut acknowledged = acknowledged;
+        acknowledged.sort_unstable();
+        sent.positions
+            .retain(|p| acknowledged.binary_search(p).is_err());
     }
     if changes.is_empty() && heads.as_slice() == before {
         state.last_sent_heads.clone_from(&heads);
@@ -614,6 +734,7 @@ pub(crate) fn receive_state(
         if heads.is_empty() {
             state.last_sent_heads = Vec::new();
             state.sent_hashes = BTreeSet::new();
+            sent.positions.clear();
         }
     } else {
         let mut shared: Vec<ChangeHash> =
@@ -650,11 +771,13 @@ pub(crate) fn advance_heads(
 /// `budget` bytes are cut to the oldest that fit (at least one; the others are left
 /// for the next message, see `TodoList::generate_sync_message`), and `cut` says how
 /// many went and how many were left.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn generate(
     doc: &Automerge,
     recent: &Recent,
     pending: &[Change],
     state: &mut State,
+    sent: &mut SentIndex,
     fresh_from: Option<u64>,
     budget: usize,
     cut: &mut Option<(usize, usize)>,
@@ -700,10 +823,24 @@ pub(crate) fn generate(
             .into_iter()
             .filter(|h| !state.sent_hashes.contains(h))
             .collect();
-        let since_part: Vec<&Entry> = since_part
-            .into_iter()
-            .filter(|e| !state.sent_hashes.contains(&e.hash))
-            .collect();
+        // In flight already: by position when the index has them all (a lagging
+        // peer has thousands, and the window's changes come in position order).
+        let since_part: Vec<&Entry> = match sent.of(recent, state) {
+            Some(positions) => {
+                let mut at = 0;
+                since_part
+                    .into_iter()
+                    .filter(|e| {
+                        at += positions[at..].partition_point(|&p| p < e.pos);
+                        positions.get(at) != Some(&e.pos)
+                    })
+                    .collect()
+            }
+            None => since_part
+                .into_iter()
+                .filter(|e| !state.sent_hashes.contains(&e.hash))
+                .collect(),
+        };
         let count = need_part.len() + since_part.len();
         if v2 && count > change_count(doc) / 3 {
             tracing::debug!(
@@ -767,7 +904,15 @@ pub(crate) fn generate(
 
     state.have_responded = true;
     state.last_sent_heads.clone_from(&our_heads);
+    let was_indexed = sent.epoch == recent.epoch && sent.positions.len() == state.sent_hashes.len();
     state.sent_hashes.extend(changes.iter().map(|e| e.hash));
+    if was_indexed {
+        sent.positions.extend(changes.iter().map(|e| e.pos));
+        sent.positions.sort_unstable();
+        sent.positions.dedup();
+    } else {
+        sent.forget();
+    }
     let mut flags = MessageFlags::new();
     flags.set(MessageFlags::SUPPORTS_SYNC_RESET);
     if state.read_only {
@@ -810,7 +955,12 @@ pub fn change_chunks<'a>(
     v2: bool,
 ) -> (Vec<Vec<u8>>, MessageVersion) {
     if v2 {
-        let joined: Vec<u8> = changes.flat_map(|c| c.iter().copied()).collect();
+        // Slice by slice: collecting the bytes one at a time was 7 % of a busy hub.
+        let parts: Vec<&[u8]> = changes.collect();
+        let mut joined: Vec<u8> = Vec::with_capacity(parts.iter().map(|c| c.len()).sum());
+        for c in parts {
+            joined.extend_from_slice(c);
+        }
         let chunks = if joined.is_empty() {
             Vec::new()
         } else {
