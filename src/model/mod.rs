@@ -455,9 +455,14 @@ impl TodoList {
         bytes
     }
 
-    /// The current heads.
+    /// The current heads (the sync window's when it is in step: automerge collects and
+    /// sorts them on every call).
     pub fn heads(&self) -> Vec<ChangeHash> {
-        self.doc.get_heads()
+        if self.recent.in_step(&self.doc) {
+            self.recent.heads().to_vec()
+        } else {
+            self.doc.get_heads()
+        }
     }
 
     /// The current version.
@@ -696,7 +701,7 @@ impl TodoList {
                 chunk_changes(chunk).map_err(|reason| ModelError::BadChunk { index, reason })?,
             );
         }
-        let before = self.doc.get_heads();
+        let before = self.heads();
         let merge = self.apply_changes(changes)?;
         Ok((merge, before, message))
     }

@@ -156,6 +156,11 @@ pub(crate) struct Recent {
     /// Entries from this absolute position on are kept past [`SYNC_WINDOW_CHANGES`]
     /// (up to [`SYNC_WINDOW_CHANGES_MAX`]): a peer still needs them. `u64::MAX`: none.
     keep_from: u64,
+    /// The document's number of changes when its heads were last seen to be the
+    /// window's. A history only grows, so while the number is the same the heads are
+    /// too: [`Recent::in_step`] without asking automerge for its heads (which collects
+    /// and sorts them: with concurrent writers, a hundred, several times per message).
+    doc_changes: u64,
 }
 
 /// The last epoch given to a window ([`Recent::epoch`]; 0 is none).
@@ -177,13 +182,14 @@ impl Clone for Recent {
             by_hash: self.by_hash.clone(),
             by_heads: self.by_heads.clone(),
             keep_from: self.keep_from,
+            doc_changes: self.doc_changes,
         }
     }
 }
 
 impl Recent {
-    /// An empty window at `heads`.
-    pub(crate) fn at(heads: Vec<ChangeHash>) -> Recent {
+    /// An empty window at `heads`, the heads of a document of `doc_changes` changes.
+    pub(crate) fn at(heads: Vec<ChangeHash>, doc_changes: u64) -> Recent {
         let mut by_heads = HashMap::default();
         by_heads.insert(heads.clone(), 0);
         Recent {
@@ -194,6 +200,7 @@ impl Recent {
             by_hash: HashMap::default(),
             by_heads,
             keep_from: u64::MAX,
+            doc_changes,
         }
     }
 
@@ -202,16 +209,16 @@ impl Recent {
     /// its heads.
     pub(crate) fn of(doc: &Automerge) -> Recent {
         if change_count(doc) <= SYNC_WINDOW_CHANGES {
-            let mut r = Recent::at(Vec::new());
+            let mut r = Recent::at(Vec::new(), 0);
             r.record(doc, doc.get_changes(&[]).iter());
             r
         } else {
-            Recent::at(doc.get_heads())
+            Recent::at(doc.get_heads(), doc_change_count(doc))
         }
     }
 
     /// The heads after the last entry.
-    fn heads(&self) -> &[ChangeHash] {
+    pub(crate) fn heads(&self) -> &[ChangeHash] {
         self.entries
             .back()
             .map_or(&self.base_heads, |e| &e.heads_after)
@@ -225,11 +232,13 @@ impl Recent {
         doc: &Automerge,
         changes: impl Iterator<Item = &'a Change>,
     ) {
+        let mut recorded = 0u64;
         for c in changes {
             let hash = c.hash();
             if self.by_hash.contains_key(&hash) {
                 continue;
             }
+            recorded += 1;
             let mut heads: Vec<ChangeHash> = self
                 .heads()
                 .iter()
@@ -267,10 +276,19 @@ impl Recent {
                 low,
             });
         }
+        // The document grew by exactly the changes recorded since its heads were last
+        // the window's: they still are (each change went in after its dependencies).
+        let count = doc_change_count(doc);
+        if count == self.doc_changes + recorded {
+            self.doc_changes = count;
+            return;
+        }
         let now = doc.get_heads();
         if self.heads() != now.as_slice() {
             tracing::debug!("sync window out of step with the document; starting over");
-            *self = Recent::at(now);
+            *self = Recent::at(now, count);
+        } else {
+            self.doc_changes = count;
         }
     }
 
@@ -404,8 +422,12 @@ impl Recent {
     }
 
     /// True when the window ends at the document's heads.
-    fn in_step(&self, doc: &Automerge) -> bool {
-        self.heads() == doc.get_heads().as_slice()
+    pub(crate) fn in_step(&self, doc: &Automerge) -> bool {
+        self.in_step_at(doc_change_count(doc))
+    }
+
+    fn in_step_at(&self, doc_changes: u64) -> bool {
+        doc_changes == self.doc_changes
     }
 
     /// True when `doc` has change `h`: the window answers for its own changes without
@@ -710,7 +732,7 @@ pub(crate) fn receive_state(
         }
         state.peer_read_only = flags.contains(MessageFlags::READ_ONLY);
     }
-    let after = doc.get_heads();
+    let after = recent.heads().to_vec();
     if !changes.is_empty() && !state.read_only {
         state.shared_heads = advance_heads(before, &after, &state.shared_heads);
     }
@@ -785,7 +807,7 @@ pub(crate) fn generate(
     if !recent.in_step(doc) {
         return None;
     }
-    let our_heads = doc.get_heads();
+    let our_heads = recent.heads().to_vec();
     let (our_need, send_have) = need_and_have(doc, recent, pending, state);
     if let Some(first) = state.their_have.as_ref().and_then(|h| h.first()) {
         if !first.last_sync.iter().all(|h| recent.has_change(doc, h)) {
@@ -1095,7 +1117,11 @@ fn hashes_to_send<'r>(
 }
 
 fn change_count(doc: &Automerge) -> usize {
-    usize::try_from(automerge::ReadDoc::stats(doc).num_changes).unwrap_or(usize::MAX)
+    usize::try_from(doc_change_count(doc)).unwrap_or(usize::MAX)
+}
+
+fn doc_change_count(doc: &Automerge) -> u64 {
+    automerge::ReadDoc::stats(doc).num_changes
 }
 
 fn supports_v2(state: &State) -> bool {
