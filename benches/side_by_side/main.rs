@@ -68,6 +68,12 @@ struct Options {
     from_results: Option<PathBuf>,
 }
 
+/// The total write rate offered in the sustained phase: above the 2,000/s target, so
+/// that *accepted* measures what the server sustains. Offered at the target, a server
+/// that keeps up accepts the target less the share its last acknowledgements take to
+/// arrive, and the figure could not reach it.
+const SUSTAINED_OFFERED_PER_S: f64 = 2_500.0;
+
 impl Options {
     fn parse() -> anyhow::Result<Options> {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -77,7 +83,7 @@ impl Options {
             history: 10_000,
             long_history: Some(60_000),
             writes: 200,
-            rate: 2_000.0,
+            rate: SUSTAINED_OFFERED_PER_S,
             duration: Duration::from_secs(10),
             sustained_agents: 100,
             out: Some(root.join("BENCHMARKS.md")),
