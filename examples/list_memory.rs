@@ -39,6 +39,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let before = live();
+    let alone = Automerge::load(&bytes)?;
+    println!(
+        "automerge document alone:   {:6.2} MiB",
+        mib(live() - before)
+    );
+    drop(alone);
+
+    let before = live();
     let loaded = TodoList::load(&bytes, ActorId::from([1u8; 16]))?;
     println!(
         "loaded in one piece:        {:6.2} MiB",

@@ -71,7 +71,8 @@ pub(crate) struct Server {
     pub(crate) kind: Kind,
     pub(crate) url: String,
     child: Child,
-    _dir: Option<PathBuf>,
+    /// The hub's scratch store (removed when the server is dropped).
+    dir: Option<PathBuf>,
 }
 
 impl Server {
@@ -88,7 +89,15 @@ impl Server {
                 // see what the disk's fsync costs).
                 let base = std::env::var_os("SIDE_BY_SIDE_HUB_DATA")
                     .map_or_else(|| work.to_path_buf(), PathBuf::from);
-                let d = base.join(format!("hub-{port}"));
+                // A fresh store for every start: a folder named by the port alone was
+                // reused when the port came round again, and the hub then opened an
+                // earlier run's list, whose changes by the same bench actors clashed
+                // with the new ones ("duplicate seq 1 found for actor"): every write
+                // refused, the run failed with "no answer to join".
+                let d = base.join(format!("hub-{}-{port}", std::process::id()));
+                if d.exists() {
+                    std::fs::remove_dir_all(&d)?;
+                }
                 std::fs::create_dir_all(&d)?;
                 let config = d.join("hub.toml");
                 // Everyone is a worker on their own tasks; the lead built the list: the
@@ -150,7 +159,7 @@ impl Server {
             kind,
             url: format!("ws://{listen}"),
             child,
-            _dir: dir,
+            dir,
         })
     }
 
@@ -168,6 +177,12 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The hub's store is scratch: SIDE_BY_SIDE_KEEP_DATA keeps it to look at.
+        if let Some(d) = &self.dir {
+            if std::env::var_os("SIDE_BY_SIDE_KEEP_DATA").is_none() {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
     }
 }
 
