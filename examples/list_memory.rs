@@ -30,21 +30,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .ok_or("usage: list_memory FILE (a saved list)")?;
     let bytes = std::fs::read(&path)?;
+    let before = live();
     let doc = Automerge::load(&bytes)?;
+    let alone = live() - before;
     let changes = doc.get_changes(&[]);
     println!(
         "{path}: {} changes, {} bytes saved",
         changes.len(),
         bytes.len()
     );
-
-    let before = live();
-    let alone = Automerge::load(&bytes)?;
-    println!(
-        "automerge document alone:   {:6.2} MiB",
-        mib(live() - before)
-    );
-    drop(alone);
+    println!("automerge document alone:   {:6.2} MiB", mib(alone));
 
     let before = live();
     let loaded = TodoList::load(&bytes, ActorId::from([1u8; 16]))?;
