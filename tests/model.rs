@@ -434,6 +434,64 @@ fn read_as_of_an_earlier_version() {
     assert_eq!(err.code, ErrorCode::InvalidValue);
 }
 
+/// The authority reads a task as it was before the change that broke a rule (to put
+/// it back) at that change's parent heads, without copying the document: it must read
+/// what a copy of the list at those heads holds — Text fields, dependency lists, a
+/// task removed since or not yet made.
+#[test]
+fn a_task_read_at_earlier_heads_is_the_task_a_copy_at_those_heads_holds() {
+    let mut l = list();
+    let mut marks = vec![l.heads()];
+    let mut peer = RawPeer::fork(&l, 9, "js");
+    peer.put_text("t2", "content", "Written as Text");
+    peer.put_text("t2", "owner", "js");
+    l.apply_changes(peer.changes_for(&l)).unwrap();
+    marks.push(l.heads());
+    write(
+        &mut l,
+        "lead",
+        patch(vec![upsert(TaskPatch {
+            blocked_by: Some(vec!["t1".into(), "t2".into()]),
+            ..status("t3", Status::Pending)
+        })]),
+    );
+    marks.push(l.heads());
+    write(
+        &mut l,
+        "lead",
+        patch(vec![upsert(task("t4", "Made later"))]),
+    );
+    write(
+        &mut l,
+        "bob",
+        patch(vec![upsert(status("t1", Status::Completed))]),
+    );
+    marks.push(l.heads());
+    write(
+        &mut l,
+        "lead",
+        patch(vec![PatchOp::Remove { id: "t2".into() }]),
+    );
+    marks.push(l.heads());
+    for heads in &marks {
+        let copy = TodoList::load(&l.doc().fork_at(heads).unwrap().save(), actor(0x55)).unwrap();
+        for id in ["t1", "t2", "t3", "t4", "none"] {
+            assert_eq!(
+                l.raw_task_at(id, heads),
+                copy.raw_task(id).cloned(),
+                "task {id} at {heads:?}"
+            );
+        }
+    }
+    assert!(l.raw_task_at("t2", &marks[1]).unwrap().content.as_deref() == Some("Written as Text"));
+    assert!(l.raw_task_at("t2", &marks[4]).is_none(), "removed by then");
+    assert!(l.raw_task_at("t4", &marks[2]).is_none(), "not made yet");
+    assert_eq!(
+        l.raw_task_at("t3", &marks[2]).unwrap().blocked_by,
+        ["t1", "t2"]
+    );
+}
+
 #[test]
 fn two_creators_of_one_list_share_one_root() {
     let mut a = TodoList::create(actor(1));

@@ -137,14 +137,81 @@ pub(crate) fn value_json<R: ReadDoc>(doc: &R, value: &Value<'_>, id: &ExId) -> s
     }
 }
 
+/// A document read as it is now or as it was at some heads: automerge's `*_at` reads,
+/// which need no copy of the document (`Automerge::fork_at` rebuilds one: the
+/// authority's repairs read one task before the change that broke it, and a fork for
+/// that was a tenth of a `rogue-agent` run).
+#[derive(Debug)]
+pub(crate) struct View<'a, R> {
+    doc: &'a R,
+    at: Option<&'a [ChangeHash]>,
+}
+
+impl<R> Clone for View<'_, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R> Copy for View<'_, R> {}
+
+impl<'a, R: ReadDoc> View<'a, R> {
+    /// The document as it is.
+    pub(crate) fn now(doc: &'a R) -> Self {
+        View { doc, at: None }
+    }
+
+    /// The document as it was at `heads`.
+    pub(crate) fn at(doc: &'a R, heads: &'a [ChangeHash]) -> Self {
+        View {
+            doc,
+            at: Some(heads),
+        }
+    }
+
+    fn get(self, obj: &ExId, key: &str) -> Option<(Value<'a>, ExId)> {
+        match self.at {
+            None => self.doc.get(obj, key),
+            Some(h) => self.doc.get_at(obj, key, h),
+        }
+        .ok()?
+    }
+
+    fn text(self, obj: &ExId) -> Option<String> {
+        match self.at {
+            None => self.doc.text(obj),
+            Some(h) => self.doc.text_at(obj, h),
+        }
+        .ok()
+    }
+
+    fn map_range(self, obj: &ExId) -> automerge::iter::MapRange<'a> {
+        match self.at {
+            None => self.doc.map_range(obj, ..),
+            Some(h) => self.doc.map_range_at(obj, .., h),
+        }
+    }
+
+    fn list_range(self, obj: &ExId) -> automerge::iter::ListRange<'a> {
+        match self.at {
+            None => self.doc.list_range(obj, ..),
+            Some(h) => self.doc.list_range_at(obj, .., h),
+        }
+    }
+}
+
 /// Reads a list of strings (scalar or Text entries); other entries are skipped.
 pub(crate) fn read_string_list<R: ReadDoc>(doc: &R, list: &ExId) -> Vec<String> {
+    string_list_in(View::now(doc), list)
+}
+
+fn string_list_in<R: ReadDoc>(view: View<'_, R>, list: &ExId) -> Vec<String> {
     let mut out = Vec::new();
-    for item in doc.list_range(list, ..) {
+    for item in view.list_range(list) {
         match &item.value {
             ValueRef::Scalar(ScalarValueRef::Str(s)) => out.push(s.to_string()),
             ValueRef::Object(ObjType::Text) => {
-                if let Ok(t) = doc.text(item.id()) {
+                if let Some(t) = view.text(&item.id()) {
                     out.push(t);
                 }
             }
@@ -156,14 +223,26 @@ pub(crate) fn read_string_list<R: ReadDoc>(doc: &R, list: &ExId) -> Vec<String> 
 
 /// Reads one task map.
 pub(crate) fn read_task<R: ReadDoc>(doc: &R, obj: &ExId) -> RawTask {
+    task_in(View::now(doc), obj)
+}
+
+/// Reads task `id` as the list's index would (the winning `tasks` map, the winning entry
+/// in it) in `view`.
+pub(crate) fn read_task_by_id<R: ReadDoc>(view: View<'_, R>, id: &str) -> Option<RawTask> {
+    let tasks = map_in(view, &automerge::ROOT, TASKS)?;
+    let obj = map_in(view, &tasks, id)?;
+    Some(task_in(view, &obj))
+}
+
+fn task_in<R: ReadDoc>(view: View<'_, R>, obj: &ExId) -> RawTask {
     // One pass over the task map (one `get` per field costs several times more).
     let mut raw = RawTask::default();
-    for item in doc.map_range(obj, ..) {
+    for item in view.map_range(obj) {
         let text = match &item.value {
             ValueRef::Scalar(ScalarValueRef::Str(s)) => Some(s.to_string()),
-            ValueRef::Object(ObjType::Text) => doc.text(item.id()).ok(),
+            ValueRef::Object(ObjType::Text) => view.text(&item.id()),
             ValueRef::Object(ObjType::List) if item.key == field::BLOCKED_BY => {
-                raw.blocked_by = read_string_list(doc, &item.id());
+                raw.blocked_by = string_list_in(view, &item.id());
                 None
             }
             ValueRef::Scalar(_) | ValueRef::Object(_) => None,
@@ -185,20 +264,22 @@ pub(crate) fn read_task<R: ReadDoc>(doc: &R, obj: &ExId) -> RawTask {
     raw
 }
 
-/// The task map object of `id`, if the entry is a map.
-pub(crate) fn task_obj<R: ReadDoc>(doc: &R, tasks: &ExId, id: &str) -> Option<ExId> {
-    match doc.get(tasks, id).ok()?? {
-        (Value::Object(ObjType::Map), obj) => Some(obj),
+/// The map stored under `key` in `obj`, if the winning value is a map.
+fn map_in<R: ReadDoc>(view: View<'_, R>, obj: &ExId, key: &str) -> Option<ExId> {
+    match view.get(obj, key)? {
+        (Value::Object(ObjType::Map), id) => Some(id),
         _ => None,
     }
 }
 
+/// The task map object of `id`, if the entry is a map.
+pub(crate) fn task_obj<R: ReadDoc>(doc: &R, tasks: &ExId, id: &str) -> Option<ExId> {
+    map_in(View::now(doc), tasks, id)
+}
+
 /// A root map (`tasks` or `agents`), if present.
 pub(crate) fn root_map<R: ReadDoc>(doc: &R, key: &str) -> Option<ExId> {
-    match doc.get(automerge::ROOT, key).ok()?? {
-        (Value::Object(ObjType::Map), obj) => Some(obj),
-        _ => None,
-    }
+    map_in(View::now(doc), &automerge::ROOT, key)
 }
 
 /// The agent an actor registered as, if any.

@@ -490,10 +490,9 @@ impl TodoList {
         self.index.tasks.get(id).map(|e| &e.raw)
     }
 
-    /// The task as stored at `heads` (cost follows the history: rare paths only).
+    /// The task as stored at `heads` (read at those heads: no copy of the document).
     pub fn raw_task_at(&self, id: &str, heads: &[ChangeHash]) -> Option<RawTask> {
-        let past = self.doc.fork_at(heads).ok()?;
-        Index::build(&past).tasks.remove(id).map(|e| e.raw)
+        doc::read_task_by_id(doc::View::at(&self.doc, heads), id)
     }
 
     /// The agent a change's actor registered as.

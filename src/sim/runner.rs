@@ -1634,7 +1634,7 @@ fn progress_mark(agent: &Agent) -> u64 {
         }
         bytes.push(1);
     }
-    super::net::fnv(&bytes)
+    super::net::fingerprint(&bytes)
 }
 
 /// The hub has acknowledged everything this replica has (and nothing waits).
