@@ -5,7 +5,10 @@
 //! - `merge_and_process`: the hub's whole per-merge path, `apply_changes` of that one
 //!   change and [`Authority::process`] of its merge;
 //! - `local_write`: [`TodoList::write`] of one status change on a replica;
-//! - `snapshot_read`: [`TodoList::read`].
+//! - `snapshot_read`: [`TodoList::read`];
+//! - `foreign_write_repair`: the hub's per-merge path for a worker's status change to a
+//!   task another worker owns: the authority reports the ownership violation and
+//!   repairs it, reading the task as it was before the change (at its parents' heads).
 //!
 //! Each size gets a hub whose list holds N tasks (written in chunks of 1,000 by a lead)
 //! and a history of 6,000 single-task status and content updates from several lead
@@ -213,6 +216,18 @@ struct Fixture {
     local: Writer,
     live_hub: Live<Hub>,
     live_local: Live<Writer>,
+    /// The hub and a replica of worker `w0` that writes to `w1`'s tasks.
+    foreign: Foreign,
+    live_foreign: Live<Foreign>,
+}
+
+/// A hub and a worker that writes only to tasks another worker owns.
+#[derive(Debug, Clone)]
+struct Foreign {
+    list: TodoList,
+    authority: Authority,
+    writer: Writer,
+    now_ms: i64,
 }
 
 impl Fixture {
@@ -317,6 +332,14 @@ impl Fixture {
             .map(|(i, w)| Writer::new(&hub, 0xB0 + i as u8, w, now))
             .collect();
         let local = Writer::new(&hub, 0xC0, WORKERS[1], now);
+        let mut writer = Writer::new(&hub, 0xD0, WORKERS[0], now);
+        writer.targets = (1..n).step_by(WORKERS.len()).collect();
+        let foreign = Foreign {
+            list: hub.clone(),
+            authority: authority.clone(),
+            writer,
+            now_ms: now,
+        };
         eprintln!(
             "setup n={n}: {:.2?} (create {:.2?}, {HISTORY_UPDATES} history writes {:.2?}, \
              hub merge + check {:.2?}); {} changes in the document, {} bytes saved",
@@ -338,6 +361,8 @@ impl Fixture {
             local,
             live_hub: Live::new(),
             live_local: Live::new(),
+            foreign,
+            live_foreign: Live::new(),
         }
     }
 }
@@ -445,6 +470,39 @@ fn benches(c: &mut Criterion, fixtures: &mut BTreeMap<usize, Fixture>) {
         g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
             let hub = &fixture(fixtures, n).hub.list;
             b.iter(|| black_box(hub.read()));
+        });
+    }
+    g.finish();
+
+    // (e) A worker's status change to another worker's task, merged and processed by the
+    // hub: reported and repaired (the repair reads the task before the change).
+    let mut g = group(c, "foreign_write_repair");
+    for n in SIZES {
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
+            let fx = fixture(fixtures, n);
+            b.iter_custom(|iters| {
+                let f = fx.live_foreign.get(&fx.foreign, iters);
+                let changes: Vec<Change> = (0..iters).map(|_| f.writer.change()).collect();
+                let mut reports = Vec::with_capacity(changes.len());
+                let start = Instant::now();
+                for change in changes {
+                    f.now_ms += 1_000;
+                    let merge = f
+                        .list
+                        .apply_changes(vec![change])
+                        .unwrap_or_else(|e| fail("hub apply", e));
+                    let report = f
+                        .authority
+                        .process(&mut f.list, merge, f.now_ms)
+                        .unwrap_or_else(|e| fail("hub process", e));
+                    reports.push(report);
+                }
+                let timed = start.elapsed();
+                assert!(reports
+                    .iter()
+                    .all(|r| !r.violations.is_empty() && !r.repairs.is_empty()));
+                timed
+            });
         });
     }
     g.finish();
