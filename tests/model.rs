@@ -435,9 +435,10 @@ fn read_as_of_an_earlier_version() {
 }
 
 /// The authority reads a task as it was before the change that broke a rule (to put
-/// it back) at that change's parent heads, without copying the document: it must read
-/// what a copy of the list at those heads holds — Text fields, dependency lists, a
-/// task removed since or not yet made.
+/// it back) at that change's parent heads, and `todo_read` at a version reads the list
+/// at its heads, without copying the document: they must read what a copy of the list
+/// at those heads holds — Text fields, dependency lists, a task removed since or not
+/// yet made, the order.
 #[test]
 fn a_task_read_at_earlier_heads_is_the_task_a_copy_at_those_heads_holds() {
     let mut l = list();
@@ -466,6 +467,14 @@ fn a_task_read_at_earlier_heads_is_the_task_a_copy_at_those_heads_holds() {
         "bob",
         patch(vec![upsert(status("t1", Status::Completed))]),
     );
+    write(
+        &mut l,
+        "lead",
+        patch(vec![PatchOp::Move {
+            id: "t3".into(),
+            after: None,
+        }]),
+    );
     marks.push(l.heads());
     write(
         &mut l,
@@ -475,6 +484,11 @@ fn a_task_read_at_earlier_heads_is_the_task_a_copy_at_those_heads_holds() {
     marks.push(l.heads());
     for heads in &marks {
         let copy = TodoList::load(&l.doc().fork_at(heads).unwrap().save(), actor(0x55)).unwrap();
+        assert_eq!(
+            l.read_at(&copy.version()).unwrap(),
+            copy.read(),
+            "todo_read at {heads:?}"
+        );
         for id in ["t1", "t2", "t3", "t4", "none"] {
             assert_eq!(
                 l.raw_task_at(id, heads),
@@ -490,6 +504,18 @@ fn a_task_read_at_earlier_heads_is_the_task_a_copy_at_those_heads_holds() {
         l.raw_task_at("t3", &marks[2]).unwrap().blocked_by,
         ["t1", "t2"]
     );
+    let ids_at = |m: usize| -> Vec<String> {
+        let v = TodoList::version_of(&marks[m]);
+        l.read_at(&v)
+            .unwrap()
+            .tasks
+            .into_iter()
+            .map(|t| t.id)
+            .collect()
+    };
+    assert_eq!(ids_at(2), ["t1", "t2", "t3"]);
+    assert_eq!(ids_at(3), ["t3", "t1", "t2", "t4"], "moved first");
+    assert_eq!(ids_at(4), ["t3", "t1", "t4"]);
 }
 
 #[test]

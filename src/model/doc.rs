@@ -11,6 +11,8 @@
 //! JS automerge writes by default); both read the same. `position` is a fractional index
 //! key; the list's order is `(position, id)`.
 
+use std::collections::BTreeMap;
+
 use automerge::{
     ActorId, ChangeHash, ObjId as ExId, ObjType, ReadDoc, ScalarValue, ScalarValueRef, Value,
     ValueRef,
@@ -192,6 +194,13 @@ impl<'a, R: ReadDoc> View<'a, R> {
         }
     }
 
+    fn keys(self, obj: &ExId) -> automerge::iter::Keys<'a> {
+        match self.at {
+            None => self.doc.keys(obj),
+            Some(h) => self.doc.keys_at(obj, h),
+        }
+    }
+
     fn list_range(self, obj: &ExId) -> automerge::iter::ListRange<'a> {
         match self.at {
             None => self.doc.list_range(obj, ..),
@@ -232,6 +241,19 @@ pub(crate) fn read_task_by_id<R: ReadDoc>(view: View<'_, R>, id: &str) -> Option
     let tasks = map_in(view, &automerge::ROOT, TASKS)?;
     let obj = map_in(view, &tasks, id)?;
     Some(task_in(view, &obj))
+}
+
+/// Every task as the list's index would read it, by id, in `view`.
+pub(crate) fn read_tasks<R: ReadDoc>(view: View<'_, R>) -> BTreeMap<String, RawTask> {
+    let Some(tasks) = map_in(view, &automerge::ROOT, TASKS) else {
+        return BTreeMap::new();
+    };
+    view.keys(&tasks)
+        .filter_map(|id| {
+            let obj = map_in(view, &tasks, &id)?;
+            Some((id, task_in(view, &obj)))
+        })
+        .collect()
 }
 
 fn task_in<R: ReadDoc>(view: View<'_, R>, obj: &ExId) -> RawTask {
