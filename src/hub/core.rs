@@ -11,6 +11,7 @@
 //! `syncmsg::validate`), and a bad frame affects only its connection.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use automerge::{sync, ActorId, Automerge, ChangeHash};
 
@@ -118,8 +119,10 @@ pub const EVENTS_SESSION: &str = "swarmtodo-events";
 pub struct Commit {
     /// The list.
     pub doc: DocumentId,
-    /// The peers syncing the list, told of its events once they are durable.
-    pub notify: Vec<(ConnId, PeerId)>,
+    /// The peers syncing the list, told of its events once they are durable (shared by
+    /// the commits of a list while its peers stay the same: with a hundred peers, a
+    /// list of its own per commit was a hundred strings to copy and free per write).
+    pub notify: Arc<[(ConnId, PeerId)]>,
     /// Every change new to the hub, as merged (no lookup in the document needed).
     pub changes: Vec<automerge::Change>,
     /// Events, in order (the store assigns their `seq`).
@@ -238,6 +241,8 @@ pub struct DocState {
     /// The list's number of changes when its document was last built in one piece
     /// (loaded, or rebuilt at a snapshot; 0 for a list that arrived by sync).
     changes_at_rebuild: usize,
+    /// The last commit's `notify`, reused while the ready peers are the same.
+    notify: Arc<[(ConnId, PeerId)]>,
 }
 
 /// What the hub keeps about one connection that syncs one list.
@@ -379,6 +384,7 @@ impl HubCore {
                 peers: BTreeMap::new(),
                 since_compaction: 0,
                 changes_at_rebuild,
+                notify: Arc::from([]),
             },
         );
     }
@@ -703,6 +709,7 @@ impl HubCore {
                     peers: BTreeMap::new(),
                     since_compaction: 0,
                     changes_at_rebuild: 0,
+                    notify: Arc::from([]),
                 },
             );
         }
@@ -810,17 +817,17 @@ impl HubCore {
         };
         if let Some(mut commit) = commit {
             if !commit.events.is_empty() {
-                commit.notify = doc
-                    .peers
-                    .keys()
-                    .filter_map(|p| match self.conns.get(p) {
-                        Some(Conn {
-                            state: ConnState::Ready(id),
-                            ..
-                        }) => Some((*p, id.clone())),
-                        _ => None,
-                    })
-                    .collect();
+                let ready = doc.peers.keys().filter_map(|p| match self.conns.get(p) {
+                    Some(Conn {
+                        state: ConnState::Ready(id),
+                        ..
+                    }) => Some((*p, id)),
+                    _ => None,
+                });
+                if !ready.clone().eq(doc.notify.iter().map(|(c, id)| (*c, id))) {
+                    doc.notify = ready.map(|(c, id)| (c, id.clone())).collect();
+                }
+                commit.notify = Arc::clone(&doc.notify);
             }
             tracing::debug!(doc = %doc_id, changes = commit.changes.len(), events = commit.events.len(), "merged");
             doc.since_compaction += commit.changes.len();
@@ -1139,7 +1146,7 @@ impl HubCore {
     ) -> Commit {
         let mut commit = Commit {
             doc: doc_id,
-            notify: Vec::new(),
+            notify: Arc::from([]),
             changes: Vec::new(),
             events: Vec::new(),
             reported: Vec::new(),
@@ -1200,7 +1207,7 @@ pub fn event_frames(hub: &PeerId, commits: &[(Commit, Vec<u64>, i64)]) -> Vec<(C
                 at_ms,
                 body: body.clone(),
             });
-            for (conn, peer) in &commit.notify {
+            for (conn, peer) in commit.notify.iter() {
                 per_peer
                     .entry((commit.doc, *conn))
                     .or_insert_with(|| (peer.clone(), Vec::new()))
