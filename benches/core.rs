@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use automerge::{ActorId, Change};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
-use swarmtodo::authority::{Authority, Policy, Role, Roles};
+use swarmtodo::authority::{Authority, Policy, Report, Role, Roles};
 use swarmtodo::model::{TodoList, WriteContext};
 use swarmtodo::proto::{PatchOp, Priority, Status, TaskPatch, WriteMode, WriteRequest};
 
@@ -56,6 +56,16 @@ const CYCLE: [Status; 3] = [Status::Pending, Status::Completed, Status::Blocked]
 
 fn fail(what: &str, e: impl std::fmt::Debug) -> ! {
     panic!("bench: {what}: {e:?}")
+}
+
+/// The hub's per-merge path for one change: apply it, then check and repair.
+fn merge_one(list: &mut TodoList, authority: &mut Authority, change: Change, now: i64) -> Report {
+    let merge = list
+        .apply_changes(vec![change])
+        .unwrap_or_else(|e| fail("hub apply", e));
+    authority
+        .process(list, merge, now)
+        .unwrap_or_else(|e| fail("hub process", e))
 }
 
 fn task_id(j: usize) -> String {
@@ -420,15 +430,7 @@ fn benches(c: &mut Criterion, fixtures: &mut BTreeMap<usize, Fixture>) {
                 let mut reports = Vec::with_capacity(changes.len());
                 let start = Instant::now();
                 for (change, now) in changes {
-                    let merge = hub
-                        .list
-                        .apply_changes(vec![change])
-                        .unwrap_or_else(|e| fail("hub apply", e));
-                    let report = hub
-                        .authority
-                        .process(&mut hub.list, merge, now)
-                        .unwrap_or_else(|e| fail("hub process", e));
-                    reports.push(report);
+                    reports.push(merge_one(&mut hub.list, &mut hub.authority, change, now));
                 }
                 let timed = start.elapsed();
                 assert!(reports.iter().all(|r| r.repairs.is_empty()));
@@ -487,15 +489,7 @@ fn benches(c: &mut Criterion, fixtures: &mut BTreeMap<usize, Fixture>) {
                 let start = Instant::now();
                 for change in changes {
                     f.now_ms += 1_000;
-                    let merge = f
-                        .list
-                        .apply_changes(vec![change])
-                        .unwrap_or_else(|e| fail("hub apply", e));
-                    let report = f
-                        .authority
-                        .process(&mut f.list, merge, f.now_ms)
-                        .unwrap_or_else(|e| fail("hub process", e));
-                    reports.push(report);
+                    reports.push(merge_one(&mut f.list, &mut f.authority, change, f.now_ms));
                 }
                 let timed = start.elapsed();
                 assert!(reports

@@ -239,8 +239,7 @@ pub(crate) fn read_task<R: ReadDoc>(doc: &R, obj: &ExId) -> RawTask {
 /// in it) in `view`.
 pub(crate) fn read_task_by_id<R: ReadDoc>(view: View<'_, R>, id: &str) -> Option<RawTask> {
     let tasks = map_in(view, &automerge::ROOT, TASKS)?;
-    let obj = map_in(view, &tasks, id)?;
-    Some(task_in(view, &obj))
+    entry_in(view, &tasks, id)
 }
 
 /// Every task as the list's index would read it, by id, in `view`.
@@ -250,10 +249,15 @@ pub(crate) fn read_tasks<R: ReadDoc>(view: View<'_, R>) -> BTreeMap<String, RawT
     };
     view.keys(&tasks)
         .filter_map(|id| {
-            let obj = map_in(view, &tasks, &id)?;
-            Some((id, task_in(view, &obj)))
+            let raw = entry_in(view, &tasks, &id)?;
+            Some((id, raw))
         })
         .collect()
+}
+
+/// Task `id` of the `tasks` map, if its winning entry is a map.
+fn entry_in<R: ReadDoc>(view: View<'_, R>, tasks: &ExId, id: &str) -> Option<RawTask> {
+    Some(task_in(view, &map_in(view, tasks, id)?))
 }
 
 fn task_in<R: ReadDoc>(view: View<'_, R>, obj: &ExId) -> RawTask {
