@@ -33,6 +33,13 @@ pub const BLOCKED_BY_COUNT_MAX: usize = 64;
 pub const LIST_TASKS_MAX: usize = 10_000;
 /// Most change hashes one `tasks_changed` event lists (the last ones of its merge).
 pub const TASKS_CHANGED_HASHES_MAX: usize = 1_024;
+/// Most tasks (and as many values, agents and changes) one violation or conflict lists:
+/// a violation over thousands of tasks names the first of them and counts all
+/// (`tasks_total`), so that every event the hub stores and sends has a bounded size.
+pub const VIOLATION_TASKS_MAX: usize = 64;
+/// Longest text value an event quotes, in bytes (a longer one is cut at a character
+/// boundary and ends with `…`).
+pub const EVENT_VALUE_BYTES_MAX: usize = TASK_TEXT_BYTES_MAX;
 /// Most operations in one `todo_write` (patch ops or replace tasks).
 pub const WRITE_OPS_MAX: usize = LIST_TASKS_MAX;
 /// Longest `explanation`, in bytes.
@@ -468,13 +475,17 @@ pub struct Violation {
     pub rule: Rule,
     /// What is wrong, for people.
     pub message: String,
-    /// The tasks involved, sorted.
+    /// The tasks involved, sorted: the first [`VIOLATION_TASKS_MAX`] of them.
     pub tasks: Vec<String>,
-    /// The agents involved, sorted.
+    /// How many tasks are involved (more than `tasks` lists when over
+    /// [`VIOLATION_TASKS_MAX`]).
+    #[serde(default)]
+    pub tasks_total: u64,
+    /// The agents involved, sorted (at most [`VIOLATION_TASKS_MAX`]).
     pub agents: Vec<String>,
-    /// The changes involved (hex hashes), sorted.
+    /// The changes involved (hex hashes), sorted (at most [`VIOLATION_TASKS_MAX`]).
     pub changes: Vec<String>,
-    /// The values involved.
+    /// The values involved (of the tasks listed; at most [`VIOLATION_TASKS_MAX`]).
     pub values: Vec<WrittenValue>,
     /// The list's version when the violation was detected.
     pub version: Version,

@@ -49,11 +49,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use automerge::{ObjId as ExId, ReadDoc};
 
 use crate::model::{
-    field, normalize_priority, normalize_status, status_alias, FieldValue, Merge, ModelError,
-    OpKey, RawTask, TaskDelta, TodoList, TASK_ENTRY,
+    clip, clip_written, field, normalize_priority, normalize_status, status_alias, ChangeInfo,
+    FieldValue, Merge, ModelError, OpKey, RawTask, TaskDelta, TodoList, TASK_ENTRY,
 };
 use crate::proto::{
     Conflict, Priority, Resolution, Rule, Status, Version, Violation, WrittenValue,
+    AGENT_ID_BYTES_MAX, TASK_ID_BYTES_MAX, VIOLATION_TASKS_MAX,
 };
 
 /// Most check → repair → check rounds for one merge. A repair only writes valid values,
@@ -364,21 +365,29 @@ impl Authority {
             if !self.reported.insert(f.key.clone()) {
                 continue;
             }
-            let changes: BTreeSet<String> = merge
+            // Everything a violation lists is bounded (VIOLATION_TASKS_MAX): one over a
+            // whole list names its first tasks and counts them all.
+            let involved: Vec<&ChangeInfo> = merge
                 .changes
                 .iter()
                 .filter(|c| c.touched.keys().any(|t| f.tasks.contains(t)))
-                .map(|c| c.hash())
                 .collect();
             let mut agents: BTreeSet<String> =
                 f.values.iter().filter_map(|v| v.agent.clone()).collect();
-            for c in &merge.changes {
-                if changes.contains(&c.hash()) {
-                    if let Some(a) = list.agent_of(c.actor()) {
-                        agents.insert(a);
-                    }
+            for c in &involved {
+                if agents.len() >= VIOLATION_TASKS_MAX {
+                    break;
+                }
+                if let Some(a) = list.agent_of(c.actor()) {
+                    agents.insert(a);
                 }
             }
+            let changes: BTreeSet<String> = involved
+                .iter()
+                .rev()
+                .take(VIOLATION_TASKS_MAX)
+                .map(|c| c.hash())
+                .collect();
             let resolution = match &f.repair {
                 Some(how) => {
                     repair.notes.push(how.clone());
@@ -386,14 +395,31 @@ impl Authority {
                 }
                 None => Resolution::Reported,
             };
+            let tasks_total = f.tasks.len() as u64;
+            let tasks: Vec<String> = f
+                .tasks
+                .into_iter()
+                .take(VIOLATION_TASKS_MAX)
+                .map(|t| clip(&t, TASK_ID_BYTES_MAX).to_owned())
+                .collect();
             violations.push(Violation {
                 key: f.key,
                 rule: f.rule,
                 message: f.message,
-                tasks: f.tasks.into_iter().collect(),
-                agents: agents.into_iter().collect(),
+                tasks_total,
+                agents: agents
+                    .into_iter()
+                    .take(VIOLATION_TASKS_MAX)
+                    .map(|a| clip(&a, AGENT_ID_BYTES_MAX).to_owned())
+                    .collect(),
                 changes: changes.into_iter().collect(),
-                values: f.values,
+                values: f
+                    .values
+                    .into_iter()
+                    .take(VIOLATION_TASKS_MAX)
+                    .map(clip_written)
+                    .collect(),
+                tasks,
                 version: version_now(),
                 resolution,
             });
@@ -418,18 +444,19 @@ impl Authority {
                 let w = written(list, id, f);
                 let op = w.as_ref().map(|w| w.op.clone()).unwrap_or_default();
                 let fixing = self.policy.schema == Action::Repair && fix.is_some();
-                if fixing && !self.reported.contains(&format!("schema:{id}:{f}:{op}")) {
+                let key = digest_key("schema", &format!("{id}:{f}:{op}"));
+                if fixing && !self.reported.contains(&key) {
                     repair.set(id, f, FieldValue::Str(fix.clone()));
                 }
                 findings.push(Finding {
-                    key: format!("schema:{id}:{f}:{op}"),
+                    key,
                     rule: Rule::Schema,
                     message: msg,
                     tasks: [id.clone()].into(),
                     values: w.into_iter().collect(),
                     repair: fix
                         .filter(|_| fixing)
-                        .map(|v| format!("set {id}.{f} to {v:?}")),
+                        .map(|v| format!("set {}.{f} to {v:?}", clip(id, TASK_ID_BYTES_MAX))),
                 });
             };
             match raw.status.as_deref() {
@@ -441,7 +468,9 @@ impl Authority {
                     bad(
                         field::STATUS,
                         format!(
-                            "task {id:?} has status {other:?}; allowed: {}",
+                            "task {:?} has status {:?}; allowed: {}",
+                            clip(id, TASK_ID_BYTES_MAX),
+                            other.map(|o| clip(o, TASK_ID_BYTES_MAX)),
                             Status::allowed().join(", ")
                         ),
                         Some(to.as_str().to_owned()),
@@ -453,7 +482,9 @@ impl Authority {
                 other => bad(
                     field::PRIORITY,
                     format!(
-                        "task {id:?} has priority {other:?}; allowed: {}",
+                        "task {:?} has priority {:?}; allowed: {}",
+                        clip(id, TASK_ID_BYTES_MAX),
+                        other.map(|o| clip(o, TASK_ID_BYTES_MAX)),
                         Priority::allowed().join(", ")
                     ),
                     Some(normalize_priority(other).as_str().to_owned()),
@@ -462,7 +493,10 @@ impl Authority {
             if raw.content.as_deref().is_none_or(|c| c.trim().is_empty()) {
                 bad(
                     field::CONTENT,
-                    format!("task {id:?} has no content; the writer should say what the task is"),
+                    format!(
+                        "task {:?} has no content; the writer should say what the task is",
+                        clip(id, TASK_ID_BYTES_MAX)
+                    ),
                     None,
                 );
             }
@@ -523,11 +557,15 @@ impl Authority {
                 .iter()
                 .map(|(_, w)| format!("{}={}", w.task, w.op))
                 .collect();
-            let key = format!("single_active:{who}:{}", ops.join(","));
+            let key = digest_key("single_active", &format!("{who}:{}", ops.join(",")));
             let fixing = self.policy.single_active == Action::Repair && keep.is_some();
             let how = keep.as_ref().filter(|_| fixing).map(|k| {
-                let others: Vec<&String> = set.iter().filter(|t| *t != k).collect();
-                format!("kept {k:?} in_progress, set {others:?} back to pending")
+                let others = set.iter().filter(|t| *t != k);
+                format!(
+                    "kept {:?} in_progress, set {} back to pending",
+                    clip(k, TASK_ID_BYTES_MAX),
+                    some_of(others, set.len() - 1)
+                )
             });
             if fixing && !self.reported.contains(&key) {
                 for t in set.iter().filter(|t| Some(*t) != keep.as_ref()) {
@@ -542,9 +580,10 @@ impl Authority {
                 key,
                 rule: Rule::SingleActive,
                 message: format!(
-                    "{who} has {} tasks in_progress ({}); at most one is allowed",
+                    "{} has {} tasks in_progress ({}); at most one is allowed",
+                    clip(&who, AGENT_ID_BYTES_MAX),
                     set.len(),
-                    set.iter().cloned().collect::<Vec<_>>().join(", ")
+                    some_of(&set, set.len())
                 ),
                 tasks: set,
                 values: values.into_iter().map(|(_, w)| w).collect(),
@@ -585,7 +624,10 @@ impl Authority {
                     .as_ref()
                     .map(|w| w.op.clone())
                     .unwrap_or_default();
-                let key = format!("dependencies:missing:{id}:{missing:?}:{deps_op}");
+                let key = digest_key(
+                    "dependencies",
+                    &format!("missing:{id}:{missing:?}:{deps_op}"),
+                );
                 let kept: Vec<String> = raw
                     .blocked_by
                     .iter()
@@ -598,10 +640,20 @@ impl Authority {
                 findings.push(Finding {
                     key,
                     rule: Rule::Dependencies,
-                    message: format!("task {id:?} is blocked by {missing:?}, which are not tasks of this list (or itself)"),
+                    message: format!(
+                        "task {:?} is blocked by {}, which are not tasks of this list (or itself)",
+                        clip(id, TASK_ID_BYTES_MAX),
+                        some_of(missing.iter().copied(), missing.len())
+                    ),
                     tasks: [id.clone()].into(),
                     values: deps_value.into_iter().collect(),
-                    repair: fixing.then(|| format!("dropped {missing:?} from {id}.blocked_by")),
+                    repair: fixing.then(|| {
+                        format!(
+                            "dropped {} from {}.blocked_by",
+                            some_of(missing.iter().copied(), missing.len()),
+                            clip(id, TASK_ID_BYTES_MAX)
+                        )
+                    }),
                 });
             }
             if let Some(cycle) = find_cycle(list, id) {
@@ -615,7 +667,10 @@ impl Authority {
                         .filter_map(|t| written(list, t, field::BLOCKED_BY))
                         .map(|w| w.op)
                         .collect();
-                    let key = format!("dependencies:cycle:{}:{}", members.join(","), ops.join(","));
+                    let key = digest_key(
+                        "dependencies",
+                        &format!("cycle:{}:{}", members.join(","), ops.join(",")),
+                    );
                     // Break at the greatest id: drop its edge to its successor in the cycle.
                     let breaker = members.last().cloned().unwrap_or_default();
                     let next = cycle
@@ -640,7 +695,16 @@ impl Authority {
                     findings.push(Finding {
                         key,
                         rule: Rule::Dependencies,
-                        message: format!("dependency cycle: {}", cycle.join(" → ")),
+                        message: format!(
+                            "dependency cycle of {} tasks: {}",
+                            cycle.len() - 1,
+                            cycle
+                                .iter()
+                                .take(VIOLATION_TASKS_MAX)
+                                .map(|t| clip(t, TASK_ID_BYTES_MAX))
+                                .collect::<Vec<_>>()
+                                .join(" → ")
+                        ),
                         values: members
                             .iter()
                             .filter_map(|t| written(list, t, field::BLOCKED_BY))
@@ -666,7 +730,7 @@ impl Authority {
                         .map(|w| w.op.clone())
                         .unwrap_or_default();
                     findings.push(Finding {
-                        key: format!("dependencies:open:{id}:{op}:{dep}:{dep_op}"),
+                        key: digest_key("dependencies", &format!("open:{id}:{op}:{dep}:{dep_op}")),
                         rule: Rule::Dependencies,
                         message: format!(
                             "task {id:?} is completed while {dep:?}, which it depends on, is still open"
@@ -710,7 +774,7 @@ impl Authority {
                 if allowed {
                     continue;
                 }
-                let key = format!("ownership:{}:{id}", change.hash());
+                let key = digest_key("ownership", &format!("{}:{id}", change.hash()));
                 let fixing = self.policy.ownership == Action::Repair;
                 if fixing && !self.reported.contains(&key) {
                     restore_before(list, change, id, fields, repair);
@@ -792,7 +856,7 @@ impl Authority {
                 };
                 let mut ops: Vec<&str> = values.iter().map(|v| v.op.as_str()).collect();
                 ops.sort();
-                let key = format!("conflict:{id}:{field_label}:{}", ops.join(","));
+                let key = digest_key("conflict", &format!("{id}:{field_label}:{}", ops.join(",")));
                 if !self.reported.insert(key.clone()) {
                     continue;
                 }
@@ -827,19 +891,60 @@ impl Authority {
                 }
                 let agents: BTreeSet<String> =
                     values.iter().filter_map(|v| v.agent.clone()).collect();
+                // The winner last, then as many of the others as an event lists.
+                let others = values.len().saturating_sub(1).min(VIOLATION_TASKS_MAX - 1);
+                let values: Vec<WrittenValue> = values
+                    .into_iter()
+                    .filter(|v| v.op != winner.op)
+                    .take(others)
+                    .chain([winner.clone()])
+                    .map(clip_written)
+                    .collect();
                 out.push(Conflict {
                     key,
-                    task: id.clone(),
+                    task: clip(id, TASK_ID_BYTES_MAX).to_owned(),
                     field: field_label.to_owned(),
                     values,
-                    winner,
-                    agents: agents.into_iter().collect(),
+                    winner: clip_written(winner),
+                    agents: agents.into_iter().take(VIOLATION_TASKS_MAX).collect(),
                     version: version(),
                 });
             }
         }
         out
     }
+}
+
+/// A violation's or conflict's key: its kind and a digest of everything that names it
+/// (task ids, Automerge op ids). What a key names can be as large as the list (a
+/// single-active violation over a thousand tasks); the digest keeps every key the same
+/// short size, which the store and each event can hold.
+fn digest_key(kind: &str, names: &str) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(names.as_bytes());
+    let hex: String = hash[..KEY_DIGEST_BYTES]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{kind}:{hex}")
+}
+
+/// Bytes of the SHA-256 digest a key keeps (128 bits: no two violations collide).
+const KEY_DIGEST_BYTES: usize = 16;
+
+/// `items` for a message: the first [`VIOLATION_TASKS_MAX`], then how many more.
+fn some_of<'a>(items: impl IntoIterator<Item = &'a String>, total: usize) -> String {
+    let shown: Vec<&str> = items
+        .into_iter()
+        .take(VIOLATION_TASKS_MAX)
+        .map(|s| clip(s, TASK_ID_BYTES_MAX))
+        .collect();
+    let more = total.saturating_sub(shown.len());
+    let mut out = shown.join(", ");
+    if more > 0 {
+        out.push_str(&format!(" … and {more} more"));
+    }
+    out
 }
 
 /// The static name of a known field.

@@ -1108,26 +1108,12 @@ impl HubCore {
     /// A list whose merge panicked: forget it, close the offender and the list's other
     /// peers (they reconnect and resync), and ask the runtime to reload it.
     fn crashed(&mut self, offender: ConnId, doc_id: DocumentId, fx: &mut Effects) {
-        let peers: Vec<ConnId> = self
-            .docs
-            .remove(&doc_id)
-            .map(|d| d.peers.into_keys().collect())
-            .unwrap_or_default();
-        for p in peers.into_iter().filter(|p| *p != offender) {
-            if let Some(conn) = self.conns.get_mut(&p) {
-                conn.docs.remove(&doc_id);
-            }
-            fx.closes.push((
-                p,
-                Close {
-                    code: 1012,
-                    reason: "list_reloading".to_owned(),
-                    message: Some("the list is being reloaded: reconnect".to_owned()),
-                },
-            ));
-            self.drop_conn(p);
-        }
-        fx.reloads.push(doc_id);
+        let reloading = Close {
+            code: 1012,
+            reason: "list_reloading".to_owned(),
+            message: Some("the list is being reloaded: reconnect".to_owned()),
+        };
+        self.drop_list(doc_id, Some(offender), &reloading, fx);
         self.fail(
             offender,
             1008,
@@ -1135,6 +1121,55 @@ impl HubCore {
             "a change of yours made Automerge fail; it was not applied".to_owned(),
             fx,
         );
+    }
+
+    /// Drops a list from memory, closes its peers (but `spare`) with `close`, and asks
+    /// the runtime to reload it from the store.
+    fn drop_list(
+        &mut self,
+        doc_id: DocumentId,
+        spare: Option<ConnId>,
+        close: &Close,
+        fx: &mut Effects,
+    ) {
+        let peers: Vec<ConnId> = self
+            .docs
+            .remove(&doc_id)
+            .map(|d| d.peers.into_keys().collect())
+            .unwrap_or_default();
+        self.owed.remove(&doc_id);
+        self.news.remove(&doc_id);
+        for p in peers.into_iter().filter(|p| Some(*p) != spare) {
+            if let Some(conn) = self.conns.get_mut(&p) {
+                conn.docs.remove(&doc_id);
+            }
+            fx.closes.push((p, close.clone()));
+            self.drop_conn(p);
+        }
+        fx.reloads.push(doc_id);
+    }
+
+    /// The store refused a commit of list `doc_id` for the list's own reasons (a record
+    /// over a store limit): nothing of it is durable, so nothing of it may be relayed.
+    /// The list is dropped from memory and reloaded from the store (as it was before
+    /// the refused merge); its peers are closed with 1011 `list_refused` and reconnect.
+    /// Returns the peers closed: the runtime drops what it was about to send them.
+    pub fn isolate(&mut self, doc_id: DocumentId, why: &str, fx: &mut Effects) -> Vec<ConnId> {
+        let peers: Vec<ConnId> = self
+            .docs
+            .get(&doc_id)
+            .map(|d| d.peers.keys().copied().collect())
+            .unwrap_or_default();
+        tracing::error!(doc = %doc_id, why, "the store refused a merge of this list; reloading it");
+        let refused = Close {
+            code: 1011,
+            reason: "list_refused".to_owned(),
+            message: Some(format!(
+                "the hub could not store the last merge of this list ({why}); it was undone: reconnect and sync again"
+            )),
+        };
+        self.drop_list(doc_id, None, &refused, fx);
+        peers
     }
 
     /// Runs the authority on a merge, applies its repair, and gathers what to persist.

@@ -31,30 +31,42 @@ fn kind(body: &crate::proto::EventBody) -> &'static str {
     }
 }
 
-/// Makes several commits durable in one transaction (one write to disk). Returns
-/// each commit's events' sequence numbers, in order.
+/// Makes several commits durable in one transaction (one write to disk). Returns, per
+/// commit in order, its events' sequence numbers — or why the store refused it for its
+/// own content (a record over a store limit): such a commit is left out and the others
+/// are stored. An error of the store itself (I/O, SQLite) is the `Err`.
 pub(crate) async fn commit_all(
     store: &Store,
     known: &mut BTreeSet<DocumentId>,
     commits: &[Commit],
     now_ms: i64,
-) -> Result<Vec<Vec<u64>>, StoreError> {
+) -> Result<Vec<Result<Vec<u64>, StoreError>>, StoreError> {
     let mut merges = Vec::with_capacity(commits.len());
+    let mut out: Vec<Result<Vec<u64>, StoreError>> = Vec::with_capacity(commits.len());
     for commit in commits {
+        let b = match batch(commit, now_ms).and_then(|b| b.check().map(|()| b)) {
+            Ok(b) => b,
+            Err(e) => {
+                out.push(Err(e));
+                continue;
+            }
+        };
         if !known.contains(&commit.doc) {
             store
                 .create_or_get_list(commit.doc.to_string(), doc_id(&commit.doc))
                 .await?;
             known.insert(commit.doc);
         }
-        merges.push((doc_id(&commit.doc), batch(commit, now_ms)?));
+        merges.push((doc_id(&commit.doc), b));
+        out.push(Ok(Vec::new()));
     }
-    Ok(store
-        .commit_merges(merges)
-        .await?
-        .into_iter()
-        .map(|c| c.seqs)
-        .collect())
+    let mut stored = store.commit_merges(merges).await?.into_iter();
+    for slot in out.iter_mut().filter(|r| r.is_ok()) {
+        if let Some(c) = stored.next() {
+            *slot = Ok(c.seqs);
+        }
+    }
+    Ok(out)
 }
 
 /// The store's batch for one commit: its changes, its events stamped `now_ms`, its keys.
@@ -170,4 +182,54 @@ pub(crate) async fn reload(
     core.load_doc(id, rebuilt, reported);
     tracing::info!(doc = %id, "list reloaded");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+
+    use super::*;
+    use crate::store::REPORTED_KEY_BYTES_MAX;
+
+    fn commit(doc: DocumentId, key: String) -> Commit {
+        Commit {
+            doc,
+            notify: std::sync::Arc::from([]),
+            changes: Vec::new(),
+            events: Vec::new(),
+            reported: vec![key],
+        }
+    }
+
+    /// A commit the store refuses for its own content is left out; the others of the
+    /// same transaction are stored (the hub then isolates only that list).
+    #[tokio::test]
+    async fn a_refused_commit_leaves_the_others_of_its_batch_stored() {
+        let dir = std::env::temp_dir().join(format!("swarmtodo-persist-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(dir.join("hub.db")).await.unwrap();
+        let (good, bad) = (
+            DocumentId::from_bytes([1; 16]),
+            DocumentId::from_bytes([2; 16]),
+        );
+        let commits = [
+            commit(bad, "k".repeat(REPORTED_KEY_BYTES_MAX + 1)),
+            commit(good, "fine".to_owned()),
+        ];
+        let mut known = BTreeSet::new();
+        let out = commit_all(&store, &mut known, &commits, 1).await.unwrap();
+        assert!(
+            matches!(out[0], Err(StoreError::TooLarge { .. })),
+            "{out:?}"
+        );
+        assert!(out[1].is_ok(), "{out:?}");
+        assert_eq!(store.reported(doc_id(&good)).await.unwrap(), ["fine"]);
+        assert!(
+            !known.contains(&bad),
+            "nothing of the refused list was stored"
+        );
+        store.close().await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -641,17 +641,30 @@ async fn perform(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result<(),
     // Durable first: nothing is relayed before it is on disk. A commit that fails stops
     // the hub: what is not durable must not be relayed or acknowledged.
     // All the merges of a batch go to disk in one transaction.
+    let mut fx = fx;
     let at_ms = now_ms();
     if !fx.commits.is_empty() {
-        let seqs = super::persist::commit_all(store, known, &fx.commits, at_ms)
+        let results = super::persist::commit_all(store, known, &fx.commits, at_ms)
             .await
             .map_err(|e| ServeError::Store(e.to_string()))?;
-        deferred.commits.extend(
-            fx.commits
-                .into_iter()
-                .zip(seqs)
-                .map(|(commit, seqs)| (commit, seqs, at_ms)),
-        );
+        let mut refused = Vec::new();
+        for (commit, result) in std::mem::take(&mut fx.commits).into_iter().zip(results) {
+            match result {
+                Ok(seqs) => deferred.commits.push((commit, seqs, at_ms)),
+                Err(e) => refused.push((commit.doc, e)),
+            }
+        }
+        // A list's own refusal isolates that list: what the core would send its peers
+        // is not durable, so they get nothing more but a close, and the list is
+        // reloaded as stored. Every other list is served as usual.
+        for (doc, e) in refused {
+            let mut undo = Effects::default();
+            let closed = core.isolate(doc, &e.to_string(), &mut undo);
+            fx.sends.retain(|(c, _)| !closed.contains(c));
+            fx.reloads.extend(undo.reloads);
+            fx.closes.extend(undo.closes);
+            fx.compactions.retain(|c| c.doc != doc);
+        }
     }
     let events = deferred.due_frames(core, at_ms);
     for doc in fx.reloads {

@@ -60,6 +60,10 @@ pub use crate::proto::{
 
 pub(crate) use self::doc::{field, value_json, OpKey, TASK_ENTRY};
 pub(crate) use self::index::Index;
+use crate::proto::{
+    AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, EVENT_VALUE_BYTES_MAX, TASK_ID_BYTES_MAX,
+    TASK_TEXT_BYTES_MAX,
+};
 
 /// Most changes held back waiting for their dependencies before a replica refuses more.
 pub const PENDING_CHANGES_MAX: usize = 10_000;
@@ -121,16 +125,83 @@ pub fn normalize_priority(raw: Option<&str>) -> Priority {
 }
 
 /// The typed task a stored one reads as.
+///
+/// What a sync peer stored past the model's limits (the authority repairs it, but
+/// reads and events can come first) is cut to them: ids to [`TASK_ID_BYTES_MAX`], texts
+/// to [`TASK_TEXT_BYTES_MAX`], owners to [`AGENT_ID_BYTES_MAX`], dependencies to
+/// [`BLOCKED_BY_COUNT_MAX`], so that a task always reads and renders at a bounded size.
 pub fn normalize(id: &str, raw: &RawTask) -> Task {
+    let text = |s: &Option<String>| {
+        s.as_deref()
+            .map(|s| clip(s, TASK_TEXT_BYTES_MAX).to_owned())
+    };
     Task {
-        id: id.to_owned(),
-        content: raw.content.clone().unwrap_or_default(),
-        active_form: raw.active_form.clone(),
+        id: clip(id, TASK_ID_BYTES_MAX).to_owned(),
+        content: text(&raw.content).unwrap_or_default(),
+        active_form: text(&raw.active_form),
         status: normalize_status(raw.status.as_deref()),
         priority: normalize_priority(raw.priority.as_deref()),
-        owner: raw.owner.clone(),
-        blocked_by: raw.blocked_by.clone(),
+        owner: raw
+            .owner
+            .as_deref()
+            .map(|o| clip(o, AGENT_ID_BYTES_MAX).to_owned()),
+        blocked_by: raw
+            .blocked_by
+            .iter()
+            .take(BLOCKED_BY_COUNT_MAX)
+            .map(|d| clip(d, TASK_ID_BYTES_MAX).to_owned())
+            .collect(),
     }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+pub fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A written value as an event quotes it: strings cut to [`EVENT_VALUE_BYTES_MAX`],
+/// lists to [`BLOCKED_BY_COUNT_MAX`] entries of at most [`TASK_ID_BYTES_MAX`], the
+/// task id and agent to their limits.
+pub fn clip_written(mut w: crate::proto::WrittenValue) -> crate::proto::WrittenValue {
+    use serde_json::Value;
+    let text = |s: &str, max: usize| {
+        let cut = clip(s, max);
+        if cut.len() < s.len() {
+            format!("{cut}…")
+        } else {
+            cut.to_owned()
+        }
+    };
+    w.value = match w.value {
+        Value::String(s) => Value::String(text(&s, EVENT_VALUE_BYTES_MAX)),
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .take(BLOCKED_BY_COUNT_MAX)
+                .map(|i| match i {
+                    Value::String(s) => Value::String(text(&s, TASK_ID_BYTES_MAX)),
+                    other => other,
+                })
+                .collect(),
+        ),
+        Value::Object(mut task) => {
+            if let Some(Value::String(c)) = task.get_mut(field::CONTENT) {
+                *c = text(c, EVENT_VALUE_BYTES_MAX);
+            }
+            Value::Object(task)
+        }
+        other => other,
+    };
+    w.task = text(&w.task, TASK_ID_BYTES_MAX);
+    w.agent = w.agent.map(|a| text(&a, AGENT_ID_BYTES_MAX));
+    w
 }
 
 /// Parses a JSON `todo_write` request into an [`ApiError`] that names the field (a path
