@@ -335,6 +335,95 @@ fn dependency_cycle_from_two_concurrent_edges() {
     }
 }
 
+/// A chain of `n` tasks, each blocked by the one before, written by the lead in one
+/// change and merged into a fresh hub replica.
+fn chain(n: usize) -> (TodoList, TodoList) {
+    let hub = TodoList::create(actor(0xA0));
+    let mut lead = hub.fork(actor(0xA1));
+    let ops = (0..n)
+        .map(|i| {
+            upsert(TaskPatch {
+                blocked_by: Some(if i == 0 {
+                    Vec::new()
+                } else {
+                    vec![format!("c{}", i - 1)]
+                }),
+                ..task(&format!("c{i}"), "Take the next step")
+            })
+        })
+        .collect();
+    write(&mut lead, "lead", patch(ops));
+    (hub, lead)
+}
+
+/// A chain of 2,000 dependencies costs each check one visit per task reachable from what
+/// changed (a walk per task with a copied path was about the cube of the length: the
+/// hub's task stalled for over a minute); closing it into a cycle is one violation.
+#[test]
+fn a_dependency_chain_costs_one_visit_per_task() {
+    let n = 2_000;
+    let (mut hub, mut lead) = chain(n);
+    let mut auth = authority(Policy::default());
+    let rep = merge_all(&mut hub, &mut auth, &[&lead]);
+    assert!(rep.violations.is_empty(), "{:#?}", rep.violations);
+    let first = auth.dependency_visits();
+    assert!(first <= n, "the upload visited {first} tasks for {n}");
+
+    // A content edit changes no dependency: no walk at all.
+    write(
+        &mut lead,
+        "lead",
+        patch(vec![upsert(task("c1000", "Edited"))]),
+    );
+    merge_all(&mut hub, &mut auth, &[&lead]);
+    assert_eq!(auth.dependency_visits(), first);
+
+    // Closing the chain (c0 waits for the last): todo_write refuses it …
+    let close = patch(vec![upsert(TaskPatch {
+        id: Some("c0".into()),
+        blocked_by: Some(vec![format!("c{}", n - 1)]),
+        ..TaskPatch::default()
+    })]);
+    let refused = lead
+        .write(&close, &swarmtodo::model::WriteContext::new("lead", 1, 1))
+        .unwrap_err();
+    assert!(
+        refused.message.contains("cycle of 2000 tasks"),
+        "{}",
+        refused.message
+    );
+    // … and a raw peer that writes it anyway is reported once, at the same cost.
+    let mut raw = RawPeer::fork(&hub, 9, "mallory");
+    let tasks = automerge::ReadDoc::get(&raw.doc, automerge::ROOT, "tasks")
+        .unwrap()
+        .unwrap()
+        .1;
+    let c0 = automerge::ReadDoc::get(&raw.doc, &tasks, "c0")
+        .unwrap()
+        .unwrap()
+        .1;
+    let deps = automerge::ReadDoc::get(&raw.doc, &c0, "blocked_by")
+        .unwrap()
+        .unwrap()
+        .1;
+    let mut tx = raw.doc.transaction();
+    automerge::transaction::Transactable::insert(&mut tx, &deps, 0, format!("c{}", n - 1)).unwrap();
+    tx.commit();
+    let m = hub.apply_changes(raw.changes_for(&hub)).unwrap();
+    let before = auth.dependency_visits();
+    let rep = auth.process(&mut hub, m, 20_000).unwrap();
+    let cycles: Vec<_> = rep
+        .violations
+        .iter()
+        .filter(|v| v.message.starts_with("dependency cycle"))
+        .collect();
+    assert_eq!(cycles.len(), 1, "{:#?}", rep.violations);
+    assert_eq!(cycles[0].tasks_total, n as u64);
+    assert!(cycles[0].tasks.len() <= swarmtodo::proto::VIOLATION_TASKS_MAX);
+    let walked = auth.dependency_visits() - before;
+    assert!(walked <= 2 * n, "closing the cycle visited {walked} tasks");
+}
+
 #[test]
 fn completed_while_dependency_reopened_concurrently() {
     let mut hub0 = hub_with(&["t1", "t2"]);

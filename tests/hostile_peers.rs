@@ -41,7 +41,13 @@ async fn hostile(url: &str, doc: DocumentId, mode: &str, n: usize) -> Option<ser
         );
         return None;
     }
-    serde_json::from_slice(&out.stdout).ok()
+    match serde_json::from_slice(&out.stdout) {
+        Ok(v) => Some(v),
+        Err(e) => panic!(
+            "the hostile peer printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+    }
 }
 
 /// A hub, the lead's list `name` (t1..t3) synced to it, and the lead's connection.
@@ -115,4 +121,39 @@ async fn a_violation_over_a_thousand_tasks_keeps_the_hub_serving() {
         wide.message.len()
     );
     assert!(wide.message.contains("1000 tasks"), "{}", wide.message);
+}
+
+/// One peer uploads 2,000 tasks, each blocked by the one before: every list's round
+/// trip waited for a dependency check whose cost grew as the cube of the chain (over a
+/// minute at 2,000). Now a bystander's round trip is as quick as beside any list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_chain_does_not_stall_other_lists() {
+    let (mut hub, doc, mut lead, mut c) = hub_with_plan("chain", "chain").await;
+    let url = hub.url.clone();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (seen, slowest) = tokio::join!(
+        async {
+            let seen = hostile(&url, doc, "chain", 2_000).await;
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            seen
+        },
+        async {
+            // Bystanders come and go while the chain arrives and is checked.
+            let mut slowest = std::time::Duration::ZERO;
+            let mut n = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = std::time::Instant::now();
+                hub_serves_others(&mut hub, &format!("beside a chain {n}")).await;
+                slowest = slowest.max(t.elapsed());
+                n += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            slowest
+        }
+    );
+    eprintln!("slowest bystander round trip beside a 2,000-task chain: {slowest:?}");
+    let seen = seen.expect("the attacker's chain is a valid list");
+    assert_eq!(seen["tasks"].as_object().unwrap().len(), 2_003);
+    c.sync(doc, &mut lead).await.unwrap();
+    assert_eq!(lead.read().tasks.len(), 2_003);
 }

@@ -60,8 +60,6 @@ use crate::proto::{
 /// Most check → repair → check rounds for one merge. A repair only writes valid values,
 /// so the second round finds nothing; the bound makes a bug a reported stop, not a loop.
 pub const REPAIR_ROUNDS_MAX: usize = 4;
-/// Most tasks one dependency walk visits (bounded by the list size limit).
-pub const DEPENDENCY_WALK_MAX: usize = crate::proto::LIST_TASKS_MAX;
 
 /// What to do about a rule's violations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,6 +220,8 @@ pub struct Authority {
     /// Keys of every violation and conflict already reported: the idempotency set that
     /// makes each report happen once (persisted by the store across restarts).
     reported: BTreeSet<String>,
+    /// Tasks the dependency checks visited so far (their cost, for tests and benches).
+    dependency_visits: std::cell::Cell<usize>,
 }
 
 /// Tasks and values gathered for one violation.
@@ -243,6 +243,7 @@ impl Authority {
             roles,
             bound: BTreeMap::new(),
             reported: BTreeSet::new(),
+            dependency_visits: std::cell::Cell::new(0),
         }
     }
 
@@ -281,6 +282,12 @@ impl Authority {
     /// Keys of everything reported so far.
     pub fn reported(&self) -> impl Iterator<Item = &str> + '_ {
         self.reported.iter().map(String::as_str)
+    }
+
+    /// Tasks the dependency checks visited so far: their cost follows the tasks
+    /// reachable from changed dependencies, each visited once per check.
+    pub fn dependency_visits(&self) -> usize {
+        self.dependency_visits.get()
     }
 
     /// The policy.
@@ -656,64 +663,6 @@ impl Authority {
                     }),
                 });
             }
-            if let Some(cycle) = find_cycle(list, id) {
-                // Report a cycle once, from its least task id.
-                if cycle.iter().min() == Some(id) {
-                    let mut members: Vec<String> = cycle.clone();
-                    members.sort();
-                    members.dedup();
-                    let ops: Vec<String> = members
-                        .iter()
-                        .filter_map(|t| written(list, t, field::BLOCKED_BY))
-                        .map(|w| w.op)
-                        .collect();
-                    let key = digest_key(
-                        "dependencies",
-                        &format!("cycle:{}:{}", members.join(","), ops.join(",")),
-                    );
-                    // Break at the greatest id: drop its edge to its successor in the cycle.
-                    let breaker = members.last().cloned().unwrap_or_default();
-                    let next = cycle
-                        .windows(2)
-                        .find(|w| w[0] == breaker)
-                        .map(|w| w[1].clone());
-                    let how = next.as_ref().filter(|_| fixing).map(|n| {
-                        format!("removed {n:?} from {breaker}.blocked_by to break the cycle")
-                    });
-                    if let (true, Some(n), Some(b)) = (fixing, &next, index.tasks.get(&breaker)) {
-                        if !self.reported.contains(&key) {
-                            let kept = b
-                                .raw
-                                .blocked_by
-                                .iter()
-                                .filter(|d| *d != n)
-                                .cloned()
-                                .collect();
-                            repair.set(&breaker, field::BLOCKED_BY, FieldValue::List(kept));
-                        }
-                    }
-                    findings.push(Finding {
-                        key,
-                        rule: Rule::Dependencies,
-                        message: format!(
-                            "dependency cycle of {} tasks: {}",
-                            cycle.len() - 1,
-                            cycle
-                                .iter()
-                                .take(VIOLATION_TASKS_MAX)
-                                .map(|t| clip(t, TASK_ID_BYTES_MAX))
-                                .collect::<Vec<_>>()
-                                .join(" → ")
-                        ),
-                        values: members
-                            .iter()
-                            .filter_map(|t| written(list, t, field::BLOCKED_BY))
-                            .collect(),
-                        tasks: members.into_iter().collect(),
-                        repair: how,
-                    });
-                }
-            }
             if normalize_status(raw.status.as_deref()) == Status::Completed {
                 for dep in &raw.blocked_by {
                     let Some(d) = index.tasks.get(dep) else {
@@ -741,6 +690,82 @@ impl Authority {
                     });
                 }
             }
+        }
+        // Cycles: only a change to a task's dependencies (or a new task) can close one,
+        // and any cycle it closes runs through that task. One walk from all of them,
+        // each task visited once (Tarjan's strongly connected components): linear in the
+        // tasks reachable from what changed, never once per task of a chain.
+        let starts: Vec<&String> = merge
+            .tasks
+            .iter()
+            .filter(|(_, d)| {
+                merge.rebuilt
+                    || d.fields.contains(field::BLOCKED_BY)
+                    || d.fields.contains(TASK_ENTRY)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        let (cycles, visited) = find_cycles(list, &starts);
+        self.dependency_visits
+            .set(self.dependency_visits.get() + visited);
+        for cycle in cycles {
+            let mut members: Vec<String> = cycle[..cycle.len() - 1].to_vec();
+            members.sort();
+            let ops: Vec<String> = members
+                .iter()
+                .filter_map(|t| written(list, t, field::BLOCKED_BY))
+                .map(|w| w.op)
+                .collect();
+            let key = digest_key(
+                "dependencies",
+                &format!("cycle:{}:{}", members.join(","), ops.join(",")),
+            );
+            // Break at the greatest id: drop its edge to its successor in the cycle.
+            let breaker = members.last().cloned().unwrap_or_default();
+            let next = cycle
+                .windows(2)
+                .find(|w| w[0] == breaker)
+                .map(|w| w[1].clone());
+            let how = next.as_ref().filter(|_| fixing).map(|n| {
+                format!(
+                    "removed {:?} from {}.blocked_by to break the cycle",
+                    clip(n, TASK_ID_BYTES_MAX),
+                    clip(&breaker, TASK_ID_BYTES_MAX)
+                )
+            });
+            if let (true, Some(n), Some(b)) = (fixing, &next, index.tasks.get(&breaker)) {
+                if !self.reported.contains(&key) {
+                    let kept = b
+                        .raw
+                        .blocked_by
+                        .iter()
+                        .filter(|d| *d != n)
+                        .cloned()
+                        .collect();
+                    repair.set(&breaker, field::BLOCKED_BY, FieldValue::List(kept));
+                }
+            }
+            findings.push(Finding {
+                key,
+                rule: Rule::Dependencies,
+                message: format!(
+                    "dependency cycle of {} tasks: {}",
+                    cycle.len() - 1,
+                    cycle
+                        .iter()
+                        .take(VIOLATION_TASKS_MAX)
+                        .map(|t| clip(t, TASK_ID_BYTES_MAX))
+                        .collect::<Vec<_>>()
+                        .join(" → ")
+                ),
+                values: members
+                    .iter()
+                    .take(VIOLATION_TASKS_MAX)
+                    .filter_map(|t| written(list, t, field::BLOCKED_BY))
+                    .collect(),
+                tasks: members.into_iter().collect(),
+                repair: how,
+            });
         }
     }
 
@@ -973,32 +998,26 @@ fn written_with_key(list: &TodoList, id: &str, f: &'static str) -> Option<(Writt
     ))
 }
 
-/// A dependency cycle through `start` (as a path that ends where it began), if any.
-fn find_cycle(list: &TodoList, start: &str) -> Option<Vec<String>> {
+/// The dependency cycles among the tasks reachable from `starts` (see
+/// [`crate::model::deps::cycles`]), and how many tasks the walk visited. A task naming
+/// itself is a missing dependency, not a cycle.
+fn find_cycles(list: &TodoList, starts: &[&String]) -> (Vec<Vec<String>>, usize) {
     let index = list.index();
-    let mut stack: Vec<(String, Vec<String>)> = vec![(start.to_owned(), vec![start.to_owned()])];
-    let mut seen: BTreeSet<String> = BTreeSet::new();
-    while let Some((node, path)) = stack.pop() {
-        if seen.len() > DEPENDENCY_WALK_MAX {
-            return None;
-        }
-        let Some(e) = index.tasks.get(&node) else {
-            continue;
-        };
-        for dep in &e.raw.blocked_by {
-            if dep == start && path.len() > 1 {
-                let mut cycle = path.clone();
-                cycle.push(start.to_owned());
-                return Some(cycle);
-            }
-            if dep != start && seen.insert(dep.clone()) {
-                let mut p = path.clone();
-                p.push(dep.clone());
-                stack.push((dep.clone(), p));
-            }
-        }
-    }
-    None
+    let deps = |id: &str| -> Vec<&str> {
+        index
+            .tasks
+            .get(id)
+            .map(|e| {
+                e.raw
+                    .blocked_by
+                    .iter()
+                    .filter(|d| d.as_str() != id && index.tasks.contains_key(*d))
+                    .map(String::as_str)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    crate::model::deps::cycles(starts.iter().map(|s| s.as_str()), deps)
 }
 
 /// Chooses writes that put the fields `change` wrote on task `id` back to their values

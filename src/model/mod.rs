@@ -37,6 +37,7 @@
 //! assert_eq!(lead.version(), worker.version());
 //! ```
 
+pub(crate) mod deps;
 mod doc;
 mod index;
 mod position;

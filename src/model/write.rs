@@ -702,6 +702,50 @@ fn validate(draft: &Draft<'_>) -> Result<(), ApiError> {
             format!("the list would hold {total} tasks; the limit is {LIST_TASKS_MAX}"),
         ));
     }
+    // A cycle can only close through a task this write changes: one walk from all of
+    // them, each task visited once.
+    let deps = |id: &str| -> Vec<&str> {
+        let named: &[String] = match draft.plan.changed.get(id) {
+            Some(Some(d)) => &d.task.blocked_by,
+            Some(None) => &[],
+            None => draft
+                .index
+                .tasks
+                .get(id)
+                .map_or(&[][..], |e| &e.raw.blocked_by),
+        };
+        named
+            .iter()
+            .filter(|dep| dep.as_str() != id && draft.exists(dep))
+            .map(String::as_str)
+            .collect()
+    };
+    let changed = draft
+        .plan
+        .changed
+        .iter()
+        .filter(|(_, d)| d.is_some())
+        .map(|(id, _)| id.as_str());
+    if let Some(cycle) = super::deps::cycles(changed, deps).0.first() {
+        let at = cycle
+            .iter()
+            .find(|t| draft.plan.changed.contains_key(*t))
+            .unwrap_or(&cycle[0]);
+        return Err(err(
+            ErrorCode::InvalidDependency,
+            format!("task {at}.blocked_by"),
+            format!(
+                "dependencies would form a cycle of {} tasks: {}",
+                cycle.len() - 1,
+                cycle
+                    .iter()
+                    .take(crate::proto::VIOLATION_TASKS_MAX)
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" → ")
+            ),
+        ));
+    }
     for (id, d) in &draft.plan.changed {
         let Some(d) = d else { continue };
         for dep in &d.task.blocked_by {
@@ -716,13 +760,6 @@ fn validate(draft: &Draft<'_>) -> Result<(), ApiError> {
                     },
                 ));
             }
-        }
-        if let Some(cycle) = find_cycle(draft, id) {
-            return Err(err(
-                ErrorCode::InvalidDependency,
-                format!("task {id}.blocked_by"),
-                format!("dependencies would form a cycle: {}", cycle.join(" → ")),
-            ));
         }
         // Only a write that starts a task (or hands a started task to another owner)
         // is refused; a list that is already over the limit after a merge stays
@@ -767,28 +804,6 @@ fn validate(draft: &Draft<'_>) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-/// A dependency cycle through `start` in the draft, if any (bounded by the list size).
-fn find_cycle(draft: &Draft<'_>, start: &str) -> Option<Vec<String>> {
-    let mut stack: Vec<(String, Vec<String>)> = vec![(start.to_owned(), vec![start.to_owned()])];
-    let mut seen = BTreeSet::new();
-    while let Some((node, path)) = stack.pop() {
-        let Some(d) = draft.get(&node) else { continue };
-        for dep in &d.task.blocked_by {
-            if dep == start {
-                let mut cycle = path.clone();
-                cycle.push(start.to_owned());
-                return Some(cycle);
-            }
-            if seen.insert(dep.clone()) {
-                let mut p = path.clone();
-                p.push(dep.clone());
-                stack.push((dep.clone(), p));
-            }
-        }
-    }
-    None
 }
 
 fn put_str(

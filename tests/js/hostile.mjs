@@ -4,9 +4,8 @@
 //   node hostile.mjs WS_URL DOC_ID MODE [N]
 //
 // Finds the list DOC_ID on the hub at WS_URL (it must exist), registers its actor as
-// agent "mallory", makes MODE's change, waits until the hub has had time to merge,
-// check and answer (two seconds after the last change, or until the hub closes it),
-// and prints what it then reads as JSON: {"tasks": {id: task}, "agents": {...}}.
+// agent "mallory", makes MODE's change, waits until the hub has answered since and then
+// been quiet for a second (its repairs and events have arrived), and prints what it then reads as JSON: {"tasks": {id: task}, "agents": {...}}.
 //
 // MODE:
 //   wide N        N tasks with 30-character ids, all in_progress for owner "bob"
@@ -31,9 +30,13 @@ if (!url || !docId || !mode) {
   process.exit(2);
 }
 const n = Number(nArg ?? "0");
-const SETTLE_MS = 2_000;
+const SETTLE_MS = 1_000;
 
 const repo = new Repo({ network: [new WebSocketClientAdapter(url)] });
+let lastHeard = 0;
+repo.networkSubsystem.on("message", () => {
+  lastHeard = Date.now();
+});
 const handle = await repo.find(`automerge:${docId}`);
 const actor = A.getActorId(handle.doc());
 const task = (id, extra = {}) => ({
@@ -125,9 +128,19 @@ switch (mode) {
     process.exit(2);
 }
 
-await new Promise((r) => setTimeout(r, SETTLE_MS));
+// Settled: the hub has answered since the change (it answers each sync message once
+// merged, checked and stored) and then said nothing for SETTLE_MS; at most 60 s.
+const changedAt = Date.now();
+const deadline = changedAt + 60_000;
+while (Date.now() < deadline) {
+  const answered = lastHeard > changedAt;
+  if (answered && Date.now() - lastHeard > SETTLE_MS) break;
+  await new Promise((r) => setTimeout(r, 50));
+}
 const doc = handle.doc();
 const plain = (v) => (v === undefined ? null : JSON.parse(JSON.stringify(v)));
-console.log(JSON.stringify({ tasks: plain(doc.tasks), agents: plain(doc.agents) }));
+const json = JSON.stringify({ tasks: plain(doc.tasks), agents: plain(doc.agents) });
+// A pipe takes large output asynchronously: exit only once it is all written.
+await new Promise((r) => process.stdout.write(json + "\n", r));
 await repo.shutdown();
 process.exit(0);
