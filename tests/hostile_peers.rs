@@ -157,3 +157,105 @@ async fn a_dependency_chain_does_not_stall_other_lists() {
     c.sync(doc, &mut lead).await.unwrap();
     assert_eq!(lead.read().tasks.len(), 2_003);
 }
+
+const TOKENS: &str = r#"
+log = "warn"
+
+[[tokens]]
+token = "lead-token-0123456789"
+agent = "lead"
+role = "lead"
+
+[[tokens]]
+token = "mallory-token-0123456789"
+agent = "mallory"
+role = "worker"
+"#;
+
+/// A hub that needs tokens: the lead's and a worker's ("mallory").
+fn hub_with_tokens(test: &str) -> (HubProc, String, String) {
+    let dir = scratch(test);
+    let config = dir.join("swarmtodo.toml");
+    std::fs::write(&config, TOKENS).unwrap();
+    let hub = HubProc::start_with(
+        &dir.join("hub.db"),
+        "127.0.0.1:0",
+        &["--config", config.to_str().unwrap()],
+    );
+    let lead = format!("{}/?token=lead-token-0123456789", hub.url);
+    let mallory = format!("{}/?token=mallory-token-0123456789", hub.url);
+    (hub, lead, mallory)
+}
+
+/// The lead's plan with every task owned by the lead.
+fn leads_plan() -> TodoList {
+    let mut lead = planned();
+    let ops = ["t1", "t2", "t3"]
+        .iter()
+        .map(|id| {
+            upsert(swarmtodo::proto::TaskPatch {
+                owner: Some(Some("lead".into())),
+                id: Some((*id).into()),
+                ..swarmtodo::proto::TaskPatch::default()
+            })
+        })
+        .collect();
+    write(&mut lead, "lead", patch(ops));
+    lead
+}
+
+/// A worker deletes or replaces the root's `tasks` or `agents` map, or registers
+/// itself as the lead: every one of these is reverted and reported, and the lead, the
+/// attacker and a fresh reader all end with the lead's tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cannot_wipe_the_list_or_rename_itself() {
+    let (mut hub, lead_url, mallory_url) = hub_with_tokens("wipe");
+    for mode in [
+        "wipe-delete",
+        "wipe-map",
+        "wipe-list",
+        "wipe-string",
+        "agents-delete",
+        "agents-lead",
+    ] {
+        let doc = list_document_id(&format!("wipe-{mode}"));
+        let mut lead = leads_plan();
+        let mut c = Connection::connect(&lead_url, "lead").await.unwrap();
+        c.sync(doc, &mut lead).await.unwrap();
+        let want = lead.read().tasks;
+
+        let seen = hostile(&mallory_url, doc, mode, 0).await;
+        hub.assert_alive(mode);
+        let seen = seen.unwrap_or_else(|| panic!("{mode}: the attacker was cut off"));
+        let tasks = seen["tasks"].as_object();
+        assert_eq!(
+            tasks.map(|t| t.len()),
+            Some(3),
+            "{mode}: the attacker's replica was not repaired: {seen}"
+        );
+        assert_eq!(
+            seen["tasks"]["t1"]["content"], "Read the issue",
+            "{mode}: {seen}"
+        );
+
+        c.sync(doc, &mut lead).await.unwrap();
+        assert_eq!(lead.read().tasks, want, "{mode}: the lead's list");
+        let events = c.take_events();
+        let found = violations(&events);
+        assert!(
+            found.iter().any(|v| v.rule == Rule::Ownership),
+            "{mode}: no ownership violation in {found:#?}"
+        );
+        let mut fresh = TodoList::create(actor(90));
+        let mut reader = Connection::connect(&lead_url, "reader").await.unwrap();
+        reader.sync(doc, &mut fresh).await.unwrap();
+        assert_eq!(fresh.read().tasks, want, "{mode}: a fresh reader");
+        if mode.starts_with("agents") {
+            assert_eq!(
+                fresh.agent_of(&actor(1)).as_deref(),
+                Some("lead"),
+                "{mode}: the lead's registration"
+            );
+        }
+    }
+}

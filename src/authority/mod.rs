@@ -50,7 +50,8 @@ use automerge::{ObjId as ExId, ReadDoc};
 
 use crate::model::{
     clip, clip_written, field, normalize_priority, normalize_status, status_alias, ChangeInfo,
-    FieldValue, Merge, ModelError, OpKey, RawTask, TaskDelta, TodoList, TASK_ENTRY,
+    FieldValue, Merge, ModelError, OpKey, RawTask, RootValue, TaskDelta, TodoList, Writes,
+    TASK_ENTRY,
 };
 use crate::proto::{
     Conflict, Priority, Resolution, Rule, Status, Version, Violation, WrittenValue,
@@ -154,6 +155,10 @@ impl Roles {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Repair {
     sets: BTreeMap<(String, &'static str), FieldValue>,
+    /// Root keys written back (a `tasks` or `agents` map another role replaced).
+    roots: BTreeMap<String, RootValue>,
+    /// Entries of the `agents` map written back (`None`: removed).
+    agents: BTreeMap<String, Option<String>>,
     /// What the repair does, for people (one line per violation).
     pub notes: Vec<String>,
 }
@@ -161,19 +166,32 @@ pub struct Repair {
 impl Repair {
     /// True when there is nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.sets.is_empty()
+        self.sets.is_empty() && self.roots.is_empty() && self.agents.is_empty()
     }
 
     fn set(&mut self, task: &str, field: &'static str, value: FieldValue) {
         self.sets.entry((task.to_owned(), field)).or_insert(value);
     }
 
-    /// The writes, as `(task, field, value)` in a fixed order.
-    fn writes(&self) -> Vec<(String, &'static str, FieldValue)> {
-        self.sets
-            .iter()
-            .map(|((t, f), v)| (t.clone(), *f, v.clone()))
-            .collect()
+    /// The writes, in a fixed order.
+    fn writes(&self) -> Writes {
+        Writes {
+            roots: self
+                .roots
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            agents: self
+                .agents
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            sets: self
+                .sets
+                .iter()
+                .map(|((t, f), v)| (t.clone(), *f, v.clone()))
+                .collect(),
+        }
     }
 
     /// `(task, field, rendered value)` for tests and logs.
@@ -232,6 +250,8 @@ struct Finding {
     tasks: BTreeSet<String>,
     values: Vec<WrittenValue>,
     repair: Option<String>,
+    /// Changes involved beyond those that touched `tasks` (a change to the root).
+    changes: Vec<String>,
 }
 
 impl Authority {
@@ -271,6 +291,27 @@ impl Authority {
                 (agent, role)
             }
         }
+    }
+
+    /// The agent and role of a change's writer: its actor's binding, else the agent its
+    /// actor registered — as it was before this change when the change rewrote that
+    /// registration (or the whole `agents` map), so that a worker cannot make itself a
+    /// lead by renaming itself in the change that does the lead's work.
+    fn identity_of_change(&self, list: &TodoList, change: &ChangeInfo) -> (Option<String>, Role) {
+        let actor = change.actor();
+        if self.bound.contains_key(actor) {
+            return self.identity_of(list, actor);
+        }
+        let renamed =
+            change.agents.contains(&actor.to_hex_string()) || change.root.contains("agents");
+        let agent = if renamed {
+            list.agent_at(actor, change.change.deps())
+                .or_else(|| list.agent_of(actor))
+        } else {
+            list.agent_of(actor)
+        };
+        let role = self.roles.of(agent.as_deref());
+        (agent, role)
     }
 
     /// Restores the idempotency set (keys from [`Authority::reported`]).
@@ -365,6 +406,7 @@ impl Authority {
         self.check_single_active(list, merge, &mut findings, &mut repair);
         self.check_dependencies(list, merge, &mut findings, &mut repair);
         self.check_ownership(list, merge, &mut findings, &mut repair);
+        self.check_root(list, merge, &mut findings, &mut repair);
         let conflicts = self.check_conflicts(list, merge, &version_now, &mut repair);
 
         let mut violations = Vec::new();
@@ -389,11 +431,12 @@ impl Authority {
                     agents.insert(a);
                 }
             }
-            let changes: BTreeSet<String> = involved
+            let changes: BTreeSet<String> = f
+                .changes
                 .iter()
-                .rev()
+                .cloned()
+                .chain(involved.iter().rev().map(|c| c.hash()))
                 .take(VIOLATION_TASKS_MAX)
-                .map(|c| c.hash())
                 .collect();
             let resolution = match &f.repair {
                 Some(how) => {
@@ -464,6 +507,7 @@ impl Authority {
                     repair: fix
                         .filter(|_| fixing)
                         .map(|v| format!("set {}.{f} to {v:?}", clip(id, TASK_ID_BYTES_MAX))),
+                    changes: Vec::new(),
                 });
             };
             match raw.status.as_deref() {
@@ -595,6 +639,7 @@ impl Authority {
                 tasks: set,
                 values: values.into_iter().map(|(_, w)| w).collect(),
                 repair: how,
+                changes: Vec::new(),
             });
         }
     }
@@ -661,6 +706,7 @@ impl Authority {
                             clip(id, TASK_ID_BYTES_MAX)
                         )
                     }),
+                    changes: Vec::new(),
                 });
             }
             if normalize_status(raw.status.as_deref()) == Status::Completed {
@@ -687,6 +733,7 @@ impl Authority {
                         tasks: [id.clone(), dep.clone()].into(),
                         values: status.into_iter().chain(dep_status).collect(),
                         repair: None,
+                        changes: Vec::new(),
                     });
                 }
             }
@@ -765,6 +812,7 @@ impl Authority {
                     .collect(),
                 tasks: members.into_iter().collect(),
                 repair: how,
+                changes: Vec::new(),
             });
         }
     }
@@ -777,7 +825,7 @@ impl Authority {
         repair: &mut Repair,
     ) {
         for change in &merge.changes {
-            let (agent, role) = self.identity_of(list, change.actor());
+            let (agent, role) = self.identity_of_change(list, change);
             if role == Role::Lead {
                 continue;
             }
@@ -822,6 +870,114 @@ impl Authority {
                             fields
                         )
                     }),
+                    changes: Vec::new(),
+                });
+            }
+        }
+    }
+
+    /// Rule 4 for the document's root: the root's keys and the `agents` map are the
+    /// lead's. Another role's change that deletes or replaces `tasks` or `agents`, or
+    /// adds a root key, is reverted: the map is written back as it was, with every
+    /// write it got since (a replaced map stays in the document). An `agents` entry may
+    /// be written only by its own actor and only with the agent that actor is (its
+    /// token's, or the one it registered first); any other is put back.
+    fn check_root(
+        &self,
+        list: &TodoList,
+        merge: &Merge,
+        findings: &mut Vec<Finding>,
+        repair: &mut Repair,
+    ) {
+        let own = list.doc().get_actor();
+        let fixing = self.policy.ownership == Action::Repair;
+        for change in &merge.changes {
+            if change.root.is_empty() && change.agents.is_empty() {
+                continue;
+            }
+            if change.actor() == own || TodoList::is_first_change(&change.change) {
+                continue;
+            }
+            let (agent, role) = self.identity_of_change(list, change);
+            if role == Role::Lead {
+                continue;
+            }
+            let who = clip(
+                &agent
+                    .clone()
+                    .unwrap_or_else(|| change.actor().to_hex_string()),
+                AGENT_ID_BYTES_MAX,
+            )
+            .to_owned();
+            let deps = change.change.deps();
+            if !change.root.is_empty() {
+                let keys = some_of(&change.root, change.root.len());
+                let key = digest_key("ownership", &format!("root:{}", change.hash()));
+                if fixing && !self.reported.contains(&key) {
+                    for k in &change.root {
+                        if let Some(v) = list.root_before(k, deps) {
+                            repair.roots.entry(k.clone()).or_insert(v);
+                        }
+                    }
+                }
+                // The tasks the change made disappear (or appear), bounded by the event.
+                let tasks = merge
+                    .tasks
+                    .iter()
+                    .filter(|(_, d)| d.before != d.after)
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                findings.push(Finding {
+                    key,
+                    rule: Rule::Ownership,
+                    message: format!(
+                        "{who} ({role:?}) wrote the list's root ({keys}): only a lead may"
+                    ),
+                    tasks,
+                    values: Vec::new(),
+                    repair: fixing
+                        .then(|| format!("put back {keys} as they were before {who}'s change")),
+                    changes: vec![change.hash()],
+                });
+            }
+            let mine = change.actor().to_hex_string();
+            let expected = self
+                .bound
+                .get(change.actor())
+                .map(|(a, _)| a.clone())
+                .or_else(|| list.agent_at(change.actor(), deps));
+            for k in &change.agents {
+                let now = list.agent_of_hex(k);
+                let allowed = *k == mine
+                    && expected
+                        .as_ref()
+                        .is_none_or(|e| now.as_deref() == Some(e.as_str()));
+                if allowed {
+                    continue;
+                }
+                let key = digest_key("ownership", &format!("agents:{}:{k}", change.hash()));
+                let before = list.agent_hex_at(k, deps);
+                if fixing && !self.reported.contains(&key) {
+                    repair.agents.entry(k.clone()).or_insert(before.clone());
+                }
+                findings.push(Finding {
+                    key,
+                    rule: Rule::Ownership,
+                    message: format!(
+                        "{who} ({role:?}) registered actor {} as {:?}: an agent registers only itself, as itself",
+                        clip(k, 64),
+                        now.as_deref().map(|a| clip(a, AGENT_ID_BYTES_MAX))
+                    ),
+                    tasks: BTreeSet::new(),
+                    values: Vec::new(),
+                    repair: fixing.then(|| {
+                        format!(
+                            "put back actor {}'s registration ({:?})",
+                            clip(k, 64),
+                            before.as_deref().map(|a| clip(a, AGENT_ID_BYTES_MAX))
+                        )
+                    }),
+                    changes: vec![change.hash()],
                 });
             }
         }

@@ -244,15 +244,52 @@ pub(crate) fn read_task_by_id<R: ReadDoc>(view: View<'_, R>, id: &str) -> Option
 
 /// Every task as the list's index would read it, by id, in `view`.
 pub(crate) fn read_tasks<R: ReadDoc>(view: View<'_, R>) -> BTreeMap<String, RawTask> {
-    let Some(tasks) = map_in(view, &automerge::ROOT, TASKS) else {
-        return BTreeMap::new();
-    };
-    view.keys(&tasks)
+    match map_in(view, &automerge::ROOT, TASKS) {
+        Some(tasks) => tasks_of(view, &tasks),
+        None => BTreeMap::new(),
+    }
+}
+
+/// Every task of the task map `tasks` (the root's, or one a writer replaced), by id.
+pub(crate) fn tasks_of<R: ReadDoc>(view: View<'_, R>, tasks: &ExId) -> BTreeMap<String, RawTask> {
+    view.keys(tasks)
         .filter_map(|id| {
-            let raw = entry_in(view, &tasks, &id)?;
+            let raw = entry_in(view, tasks, &id)?;
             Some((id, raw))
         })
         .collect()
+}
+
+/// Every string entry of the agent map `agents` (actor hex → agent id).
+pub(crate) fn agents_of<R: ReadDoc>(view: View<'_, R>, agents: &ExId) -> BTreeMap<String, String> {
+    view.map_range(agents)
+        .filter_map(|item| {
+            let agent = match &item.value {
+                ValueRef::Scalar(ScalarValueRef::Str(s)) => s.to_string(),
+                ValueRef::Object(ObjType::Text) => view.text(&item.id())?,
+                _ => return None,
+            };
+            Some((item.key.to_string(), agent))
+        })
+        .collect()
+}
+
+/// The `agents` entry under key `hex` (an actor id) in `view`.
+pub(crate) fn agent_in<R: ReadDoc>(view: View<'_, R>, hex: &str) -> Option<String> {
+    let agents = map_in(view, &automerge::ROOT, AGENTS)?;
+    match view.get(&agents, hex)? {
+        (Value::Scalar(s), _) => match s.as_ref() {
+            ScalarValue::Str(s) => Some(s.to_string()),
+            _ => None,
+        },
+        (Value::Object(ObjType::Text), id) => view.text(&id),
+        (Value::Object(_), _) => None,
+    }
+}
+
+/// The map under root key `key` in `view`, if the winning value is a map.
+pub(crate) fn root_map_in<R: ReadDoc>(view: View<'_, R>, key: &str) -> Option<ExId> {
+    map_in(view, &automerge::ROOT, key)
 }
 
 /// Task `id` of the `tasks` map, if its winning entry is a map.

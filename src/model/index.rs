@@ -43,6 +43,11 @@ pub struct ChangeInfo {
     pub change: Change,
     /// Tasks it touched, with the fields (`""` = the task entry itself).
     pub touched: BTreeMap<String, BTreeSet<String>>,
+    /// Keys of the document's root it wrote (`tasks`, `agents`, or any other): only the
+    /// list's first change and a lead may.
+    pub root: BTreeSet<String>,
+    /// Keys (actor ids, hex) of the `agents` map it wrote.
+    pub agents: BTreeSet<String>,
 }
 
 impl ChangeInfo {
@@ -263,13 +268,19 @@ impl Index {
         let mut touched_all: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (change, ch) in changes.iter().zip(&decoded) {
             let mut touched: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            let mut root = BTreeSet::new();
+            let mut agents = BTreeSet::new();
             for op in &ch.operations {
                 let hit = match (self.parent_role(&op.obj), &op.key) {
-                    (None, legacy::Key::Map(k))
-                        if matches!(op.obj, legacy::ObjectId::Root)
-                            && (k.as_str() == doc::TASKS || k.as_str() == doc::AGENTS) =>
-                    {
-                        rebuild = true;
+                    (None, legacy::Key::Map(k)) if matches!(op.obj, legacy::ObjectId::Root) => {
+                        if k.as_str() == doc::TASKS || k.as_str() == doc::AGENTS {
+                            rebuild = true;
+                        }
+                        root.insert(k.to_string());
+                        None
+                    }
+                    (Some(Role::Agents), legacy::Key::Map(k)) => {
+                        agents.insert(k.to_string());
                         None
                     }
                     (Some(Role::Tasks), legacy::Key::Map(k)) => {
@@ -292,6 +303,8 @@ impl Index {
             infos.push(ChangeInfo {
                 change: change.clone(),
                 touched,
+                root,
+                agents,
             });
         }
 

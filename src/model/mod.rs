@@ -572,6 +572,62 @@ impl TodoList {
         doc::agent_of(&self.doc, self.index.agents_obj.as_ref(), actor)
     }
 
+    /// True for the list's first change: the same bytes in every list (a fixed actor, no
+    /// parents), which makes the two root maps.
+    pub(crate) fn is_first_change(change: &Change) -> bool {
+        change.actor_id().to_bytes() == doc::ROOT_ACTOR && change.deps().is_empty()
+    }
+
+    /// The agent `actor` had registered as at `heads` (read at those heads).
+    pub fn agent_at(&self, actor: &ActorId, heads: &[ChangeHash]) -> Option<String> {
+        self.agent_hex_at(&actor.to_hex_string(), heads)
+    }
+
+    /// The `agents` entry under key `hex` (an actor id, or anything a writer put there).
+    pub(crate) fn agent_of_hex(&self, hex: &str) -> Option<String> {
+        doc::agent_in(doc::View::now(&self.doc), hex)
+    }
+
+    /// The `agents` entry under key `hex` at `heads`.
+    pub(crate) fn agent_hex_at(&self, hex: &str, heads: &[ChangeHash]) -> Option<String> {
+        doc::agent_in(doc::View::at(&self.doc, heads), hex)
+    }
+
+    /// What root key `key` should hold to undo a change whose parents are `deps`: the
+    /// `tasks` or `agents` map that was the root's then, as it reads now (a change that
+    /// replaced or deleted it leaves it in the document, with every write it got since;
+    /// read at `deps` when it reads empty now), or the removal of a key the root did not
+    /// have. `None`: nothing to undo.
+    pub(crate) fn root_before(&self, key: &str, deps: &[ChangeHash]) -> Option<RootValue> {
+        let then = doc::View::at(&self.doc, deps);
+        let now = doc::View::now(&self.doc);
+        match key {
+            doc::TASKS => {
+                let obj = doc::root_map_in(then, doc::TASKS)?;
+                let mut tasks = doc::tasks_of(now, &obj);
+                if tasks.is_empty() {
+                    tasks = doc::tasks_of(then, &obj);
+                }
+                Some(RootValue::Tasks(tasks))
+            }
+            doc::AGENTS => {
+                let obj = doc::root_map_in(then, doc::AGENTS)?;
+                let mut agents = doc::agents_of(now, &obj);
+                if agents.is_empty() {
+                    agents = doc::agents_of(then, &obj);
+                }
+                Some(RootValue::Agents(agents))
+            }
+            other => {
+                let had = automerge::ReadDoc::get_at(&self.doc, ROOT, other, deps)
+                    .ok()
+                    .flatten()
+                    .is_some();
+                (!had).then_some(RootValue::Delete)
+            }
+        }
+    }
+
     /// Changes waiting for missing dependencies.
     pub fn pending_changes(&self) -> usize {
         self.pending.len()
@@ -1183,31 +1239,65 @@ impl TodoList {
 
     /// Applies field values chosen by the authority as one change of this replica's
     /// actor, registered as `agent`. Returns what the change touched.
+    /// `roots` (root keys to write back, see [`RootValue`]) and `agents` (entries of the
+    /// `agents` map to put back, `None`: remove) go first; when the `tasks` map itself is
+    /// written back, the field values for its old objects are left out.
     pub(crate) fn apply_fields(
         &mut self,
         agent: &str,
         now_ms: i64,
         message: &str,
-        sets: &[(String, &'static str, FieldValue)],
+        writes: &Writes,
     ) -> Result<Merge, AutomergeError> {
-        let Some(tasks_obj) = self.index.tasks_obj.clone() else {
-            return Ok(Merge::default());
-        };
         let actor = self.doc.get_actor().clone();
-        let agents = self.index.agents_obj.clone();
+        let mut tx = self.doc.transaction();
+        let mut tasks_obj = self.index.tasks_obj.clone();
+        let mut agents = self.index.agents_obj.clone();
+        let mut fresh_tasks = false;
+        for (key, value) in &writes.roots {
+            match value {
+                RootValue::Tasks(tasks) => {
+                    let obj = tx.put_object(ROOT, key.as_str(), ObjType::Map)?;
+                    for (id, raw) in tasks {
+                        let task = tx.put_object(&obj, id.as_str(), ObjType::Map)?;
+                        write_raw(&mut tx, &task, raw)?;
+                    }
+                    tasks_obj = Some(obj);
+                    fresh_tasks = true;
+                }
+                RootValue::Agents(entries) => {
+                    let obj = tx.put_object(ROOT, key.as_str(), ObjType::Map)?;
+                    for (actor, agent) in entries {
+                        tx.put(&obj, actor.as_str(), agent.as_str())?;
+                    }
+                    agents = Some(obj);
+                }
+                RootValue::Delete => tx.delete(ROOT, key.as_str())?,
+            }
+        }
+        if let Some(obj) = &agents {
+            for (actor, agent) in &writes.agents {
+                match agent {
+                    Some(a) => tx.put(obj, actor.as_str(), a.as_str())?,
+                    None => tx.delete(obj, actor.as_str())?,
+                }
+            }
+        }
+        let sets: &[(String, &'static str, FieldValue)] =
+            if fresh_tasks { &[] } else { &writes.sets };
         let objs: Vec<Option<automerge::ObjId>> = sets
             .iter()
             .map(|(id, _, _)| self.index.tasks.get(id).map(|e| e.obj.clone()))
             .collect();
-        let mut tx = self.doc.transaction();
         for ((id, f, value), obj) in sets.iter().zip(objs) {
+            let Some(tasks_obj) = &tasks_obj else { break };
             match (value, obj) {
                 (FieldValue::Task(Some(raw)), _) => {
                     let raw: &RawTask = raw;
-                    let obj = tx.put_object(&tasks_obj, id.as_str(), ObjType::Map)?;
+                    let obj = tx.put_object(tasks_obj, id.as_str(), ObjType::Map)?;
                     write_raw(&mut tx, &obj, raw)?;
                 }
-                (FieldValue::Task(None), _) => tx.delete(&tasks_obj, id.as_str())?,
+                (FieldValue::Task(None), _) => tx.delete(tasks_obj, id.as_str())?,
                 (_, None) => {}
                 (FieldValue::Str(Some(s)), Some(obj)) => tx.put(&obj, *f, s.as_str())?,
                 (FieldValue::Str(None), Some(obj)) => tx.delete(&obj, *f)?,
@@ -1231,6 +1321,28 @@ impl TodoList {
         self.recent.record(&self.doc, std::iter::once(&change));
         Ok(self.index.absorb(&self.doc, &[change]))
     }
+}
+
+/// What the authority writes back in one change (see [`TodoList::apply_fields`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Writes {
+    /// Root keys, in a fixed order.
+    pub(crate) roots: Vec<(String, RootValue)>,
+    /// Entries of the `agents` map (actor hex → agent; `None`: remove).
+    pub(crate) agents: Vec<(String, Option<String>)>,
+    /// Task fields: `(task, field, value)`.
+    pub(crate) sets: Vec<(String, &'static str, FieldValue)>,
+}
+
+/// A root key the authority writes back (see [`TodoList::root_before`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RootValue {
+    /// The `tasks` map, made afresh with these tasks.
+    Tasks(BTreeMap<String, RawTask>),
+    /// The `agents` map, made afresh with these entries.
+    Agents(BTreeMap<String, String>),
+    /// A key the root did not have: removed.
+    Delete,
 }
 
 /// A value the authority writes back (see [`TodoList::apply_fields`]).
