@@ -259,3 +259,71 @@ async fn a_worker_cannot_wipe_the_list_or_rename_itself() {
         }
     }
 }
+
+/// Shapes the schema must see: a `blocked_by` that is a string (it hid the dependency
+/// from the cycle check) and a task entry that is a plain string reached every peer as
+/// written, with no violation. Both are reported and repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misshapen_tasks_are_reported_and_repaired() {
+    let (mut hub, doc, mut lead, mut c) = hub_with_plan("shapes", "shapes").await;
+    let seen = hostile(&hub.url, doc, "shapes", 0).await.unwrap();
+    hub.assert_alive("after misshapen tasks");
+    assert_eq!(
+        seen["tasks"]["t2"]["blocked_by"],
+        serde_json::json!(["t1"]),
+        "{seen}"
+    );
+    assert!(seen["tasks"].get("t0").is_none(), "{seen}");
+    c.sync(doc, &mut lead).await.unwrap();
+    assert_eq!(lead.raw_task("t2").unwrap().blocked_by, ["t1"]);
+    assert!(lead.raw_task("t2").unwrap().misshapen.is_empty());
+    let events = c.take_events();
+    let schema: Vec<_> = violations(&events)
+        .into_iter()
+        .filter(|v| v.rule == Rule::Schema)
+        .collect();
+    assert_eq!(schema.len(), 2, "{schema:#?}");
+}
+
+/// `todo_write`'s limits hold for sync peers: 100 KB of content is cut to
+/// `TASK_TEXT_BYTES_MAX`, a task with a 1,000-byte id is removed, an owner of 1,000
+/// bytes is removed, and a list past `LIST_TASKS_MAX` loses its newest tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_peers_are_held_to_the_model_limits() {
+    use swarmtodo::proto::{LIST_TASKS_MAX, TASK_TEXT_BYTES_MAX};
+    let (mut hub, doc, mut lead, mut c) = hub_with_plan("oversize", "oversize").await;
+    hostile(&hub.url, doc, "oversize", 0).await.unwrap();
+    hub.assert_alive("after oversized tasks");
+    c.sync(doc, &mut lead).await.unwrap();
+    let big = lead.raw_task("big").unwrap();
+    assert_eq!(
+        big.content.as_deref().map(str::len),
+        Some(TASK_TEXT_BYTES_MAX)
+    );
+    assert_eq!(
+        lead.read().tasks.len(),
+        4,
+        "the long id is gone: {:?}",
+        lead.read()
+    );
+    assert_eq!(lead.raw_task("t3").unwrap().owner, None);
+    let events = c.take_events();
+    let schema = violations(&events)
+        .into_iter()
+        .filter(|v| v.rule == Rule::Schema)
+        .count();
+    assert_eq!(schema, 3, "{events:#?}");
+
+    let many = list_document_id("too-many");
+    let mut list = planned();
+    c.sync(many, &mut list).await.unwrap();
+    hostile(&hub.url, many, "many", LIST_TASKS_MAX)
+        .await
+        .unwrap();
+    hub.assert_alive("after a list past LIST_TASKS_MAX");
+    c.sync(many, &mut list).await.unwrap();
+    assert_eq!(list.read().tasks.len(), LIST_TASKS_MAX);
+    for id in ["t1", "t2", "t3"] {
+        assert!(list.raw_task(id).is_some(), "the oldest tasks stay: {id}");
+    }
+}

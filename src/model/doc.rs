@@ -94,6 +94,11 @@ pub struct RawTask {
     pub blocked_by: Vec<String>,
     /// The fractional position key.
     pub position: String,
+    /// Fields stored in a shape the model does not read: a `blocked_by` that is a
+    /// string (read as a list of that one id) or holds entries that are not strings, a
+    /// text field that is a number, a list or a map (read as absent). The authority
+    /// reports and repairs them (schema).
+    pub misshapen: Vec<&'static str>,
 }
 
 /// Reads a string register: a scalar string or a Text object.
@@ -306,10 +311,26 @@ fn task_in<R: ReadDoc>(view: View<'_, R>, obj: &ExId) -> RawTask {
             ValueRef::Object(ObjType::Text) => view.text(&item.id()),
             ValueRef::Object(ObjType::List) if item.key == field::BLOCKED_BY => {
                 raw.blocked_by = string_list_in(view, &item.id());
-                None
+                if view.list_range(&item.id()).count() != raw.blocked_by.len() {
+                    raw.misshapen.push(field::BLOCKED_BY);
+                }
+                continue;
             }
             ValueRef::Scalar(_) | ValueRef::Object(_) => None,
         };
+        if item.key == field::BLOCKED_BY {
+            // A string names one dependency: read it as one, so that no check misses
+            // it, and have it repaired into a list.
+            raw.blocked_by = text.into_iter().collect();
+            raw.misshapen.push(field::BLOCKED_BY);
+            continue;
+        }
+        let known = field::ALL.contains(&item.key.as_ref());
+        if text.is_none() && known {
+            if let Some(f) = field::ALL.iter().find(|f| **f == item.key.as_ref()) {
+                raw.misshapen.push(f);
+            }
+        }
         let slot = match item.key.as_ref() {
             field::CONTENT => &mut raw.content,
             field::ACTIVE_FORM => &mut raw.active_form,
