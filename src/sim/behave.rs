@@ -416,6 +416,31 @@ pub(crate) enum RawEdit {
     Status(&'static str),
     /// Make every task depend on this (missing) task.
     BlockedBy(String),
+    /// Make `count` tasks `{prefix}{i}`, all in progress for the rogue.
+    Wide {
+        /// Ids start with this.
+        prefix: String,
+        /// How many.
+        count: usize,
+    },
+    /// Make `count` tasks `{prefix}{i}`, each blocked by the one before, the first by
+    /// the last: one cycle.
+    Cycle {
+        /// Ids start with this.
+        prefix: String,
+        /// How many.
+        count: usize,
+    },
+    /// Delete the root's `tasks` map.
+    WipeTasks,
+    /// Write every task's `blocked_by` as this string (not a list).
+    StringBlockedBy(String),
+    /// Put a plain string under this task id.
+    StringEntry(String),
+    /// Write every task's content this many bytes long.
+    LongContent(usize),
+    /// Make a task with this id (longer than the model allows).
+    LongId(String),
 }
 
 /// The rogue's next move for one of its injecting actions.
@@ -525,9 +550,64 @@ pub(crate) fn rogue_move(rng: &mut Rng, me: &str, replica: &TodoList, action: Ac
                 explanation: None,
             })
         }
+        Action::WideActive => RogueMove::Raw {
+            rule: Rule::SingleActive,
+            ids: Vec::new(),
+            edit: RawEdit::Wide {
+                prefix: format!("{prefix}w{}-", rng.below(1_000_000)),
+                count: rng.range(ROGUE_BULK_MIN as u64, ROGUE_BULK_MAX as u64) as usize,
+            },
+        },
+        Action::DependencyCycle => RogueMove::Raw {
+            rule: Rule::Dependencies,
+            ids: Vec::new(),
+            edit: RawEdit::Cycle {
+                prefix: format!("{prefix}c{}-", rng.below(1_000_000)),
+                count: rng.range(ROGUE_BULK_MIN as u64, ROGUE_BULK_MAX as u64) as usize,
+            },
+        },
+        Action::WipeRoot => RogueMove::Raw {
+            rule: Rule::Ownership,
+            ids: Vec::new(),
+            edit: RawEdit::WipeTasks,
+        },
+        Action::Misshapen if rng.below(2) == 0 => RogueMove::Raw {
+            rule: Rule::Schema,
+            ids: vec![own[rng.index(own.len())].id.clone()],
+            edit: RawEdit::StringBlockedBy(own[rng.index(own.len())].id.clone()),
+        },
+        Action::Misshapen => RogueMove::Raw {
+            rule: Rule::Schema,
+            ids: Vec::new(),
+            edit: RawEdit::StringEntry(format!("{prefix}s{}", rng.below(1_000_000))),
+        },
+        Action::OverLimit if rng.below(2) == 0 => RogueMove::Raw {
+            rule: Rule::Schema,
+            ids: vec![own[rng.index(own.len())].id.clone()],
+            edit: RawEdit::LongContent(
+                crate::proto::TASK_TEXT_BYTES_MAX + 1 + rng.below(4_096) as usize,
+            ),
+        },
+        Action::OverLimit => {
+            let mut id = format!("{prefix}long{}-", rng.below(1_000_000));
+            while id.len() <= crate::proto::TASK_ID_BYTES_MAX {
+                id.push('x');
+            }
+            RogueMove::Raw {
+                rule: Rule::Schema,
+                ids: Vec::new(),
+                edit: RawEdit::LongId(id),
+            }
+        }
         _ => RogueMove::Idle,
     }
 }
+
+/// Fewest tasks a bulk rogue move (`wide_active`, `dependency_cycle`) makes …
+const ROGUE_BULK_MIN: usize = 20;
+/// … and most: hundreds in one change, enough that a key naming each would be kilobytes
+/// and a walk per task cubic, yet a seed still runs in seconds.
+const ROGUE_BULK_MAX: usize = 300;
 
 /// A change that bypasses the model's validation (a foreign or buggy peer): made on a
 /// fork of `replica` under `raw_actor` (registered as agent `name`), stamped `now_ms`.
@@ -562,7 +642,49 @@ pub(crate) fn raw_change(
                         let deps = tx.put_object(o, field::BLOCKED_BY, ObjType::List)?;
                         tx.insert(&deps, 0, ghost.as_str())?;
                     }
+                    RawEdit::StringBlockedBy(dep) => tx.put(o, field::BLOCKED_BY, dep.as_str())?,
+                    RawEdit::LongContent(n) => tx.put(o, field::CONTENT, "x".repeat(*n))?,
+                    _ => {}
                 }
+            }
+            let task = |tx: &mut automerge::transaction::Transaction<'_>,
+                        id: &str,
+                        status: &str,
+                        deps: &[String]|
+             -> Result<(), automerge::AutomergeError> {
+                let t = tx.put_object(&tasks, id, ObjType::Map)?;
+                tx.put(&t, field::CONTENT, format!("Rogue {id}"))?;
+                tx.put(&t, field::STATUS, status)?;
+                tx.put(&t, field::PRIORITY, "medium")?;
+                tx.put(&t, field::OWNER, name)?;
+                tx.put(&t, field::POSITION, "f0")?;
+                let list = tx.put_object(&t, field::BLOCKED_BY, ObjType::List)?;
+                for (i, d) in deps.iter().enumerate() {
+                    tx.insert(&list, i, d.as_str())?;
+                }
+                Ok(())
+            };
+            match edit {
+                RawEdit::Wide { prefix, count } => {
+                    for i in 0..*count {
+                        task(&mut tx, &format!("{prefix}{i}"), "in_progress", &[])?;
+                    }
+                }
+                RawEdit::Cycle { prefix, count } => {
+                    for i in 0..*count {
+                        let before = (i + count - 1) % count;
+                        task(
+                            &mut tx,
+                            &format!("{prefix}{i}"),
+                            "pending",
+                            &[format!("{prefix}{before}")],
+                        )?;
+                    }
+                }
+                RawEdit::WipeTasks => tx.delete(&ROOT, "tasks")?,
+                RawEdit::StringEntry(id) => tx.put(&tasks, id.as_str(), "just a string")?,
+                RawEdit::LongId(id) => task(&mut tx, id, "pending", &[])?,
+                _ => {}
             }
             Ok(())
         });

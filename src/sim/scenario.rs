@@ -186,6 +186,19 @@ pub struct Mix {
     pub invalid_sync: u32,
     /// Rogue: send a frame larger than the hub accepts.
     pub oversize: u32,
+    /// Rogue: make dozens to hundreds of tasks in progress for itself in one change
+    /// (one single-active violation over all of them: keys and events stay bounded).
+    pub wide_active: u32,
+    /// Rogue: make a long dependency cycle in one change (one dependencies violation;
+    /// the check's cost stays linear in the cycle).
+    pub dependency_cycle: u32,
+    /// Rogue: delete the root's `tasks` map (ownership: reverted).
+    pub wipe_root: u32,
+    /// Rogue: a `blocked_by` that is a string, or a task entry that is a string (schema).
+    pub misshapen: u32,
+    /// Rogue: content over `TASK_TEXT_BYTES_MAX` or an id over `TASK_ID_BYTES_MAX`
+    /// (schema).
+    pub over_limit: u32,
 }
 
 /// One behaviour of [`Mix`].
@@ -226,6 +239,16 @@ pub enum Action {
     InvalidSync,
     /// See [`Mix::oversize`].
     Oversize,
+    /// See [`Mix::wide_active`].
+    WideActive,
+    /// See [`Mix::dependency_cycle`].
+    DependencyCycle,
+    /// See [`Mix::wipe_root`].
+    WipeRoot,
+    /// See [`Mix::misshapen`].
+    Misshapen,
+    /// See [`Mix::over_limit`].
+    OverLimit,
 }
 
 impl Action {
@@ -240,13 +263,18 @@ impl Action {
                 | Action::GarbageFrame
                 | Action::InvalidSync
                 | Action::Oversize
+                | Action::WideActive
+                | Action::DependencyCycle
+                | Action::WipeRoot
+                | Action::Misshapen
+                | Action::OverLimit
         )
     }
 }
 
 impl Mix {
     /// `(action, weight)` for every action, in a fixed order.
-    pub fn weights(&self) -> [(Action, u32); 17] {
+    pub fn weights(&self) -> [(Action, u32); 22] {
         [
             (Action::Plan, self.plan),
             (Action::Claim, self.claim),
@@ -265,6 +293,11 @@ impl Mix {
             (Action::GarbageFrame, self.garbage_frame),
             (Action::InvalidSync, self.invalid_sync),
             (Action::Oversize, self.oversize),
+            (Action::WideActive, self.wide_active),
+            (Action::DependencyCycle, self.dependency_cycle),
+            (Action::WipeRoot, self.wipe_root),
+            (Action::Misshapen, self.misshapen),
+            (Action::OverLimit, self.over_limit),
         ]
     }
 
@@ -507,7 +540,9 @@ impl Scenario {
                 return bad(
                     &at("mix"),
                     "invalid_status, double_active, bad_dependency, foreign_task, \
-                     garbage_frame, invalid_sync and oversize need role = \"rogue\""
+                     garbage_frame, invalid_sync, oversize, wide_active, \
+                     dependency_cycle, wipe_root, misshapen and over_limit need \
+                     role = \"rogue\""
                         .into(),
                 );
             }
