@@ -485,6 +485,49 @@ fn owned_hub() -> TodoList {
     hub
 }
 
+/// A worker's one change to 1,000 tasks it does not own: 1,000 violations, each
+/// repaired, in one repair change whose message (quoted by the `repaired` event) names
+/// a bounded number of them; every event stays far below what the store keeps.
+#[test]
+fn ownership_over_thousands_of_tasks_makes_bounded_events() {
+    let n = 1_000;
+    let ids: Vec<String> = (0..n).map(|i| format!("task-{i:05}")).collect();
+    let mut hub = hub_with(&ids.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut lead = hub.fork(actor(0x21));
+    let ops = ids
+        .iter()
+        .map(|id| {
+            upsert(TaskPatch {
+                id: Some(id.clone()),
+                owner: Some(Some("w2".into())),
+                ..TaskPatch::default()
+            })
+        })
+        .collect();
+    write(&mut lead, "lead", patch(ops));
+    hub.merge_from(&lead).unwrap();
+    let mut w = hub.fork(actor(5));
+    let ops = ids
+        .iter()
+        .map(|id| upsert(task(id, "Taken over")))
+        .collect();
+    write(&mut w, "w1", patch(ops));
+    let mut auth = Authority::new("hub", Policy::default(), roles());
+    let rep = merge_all(&mut hub, &mut auth, &[&w]);
+    assert_eq!(rep.violations.len(), n);
+    assert!(hub
+        .read()
+        .tasks
+        .iter()
+        .all(|t| t.content.starts_with("Do ")));
+    let message = rep.repairs[0].changes[0].change.message().unwrap().len();
+    assert!(message < 32 * 1024, "a repair message of {message} bytes");
+    for v in &rep.violations {
+        let bytes = serde_json::to_vec(v).unwrap().len();
+        assert!(bytes < 64 * 1024, "a violation of {bytes} bytes");
+    }
+}
+
 #[test]
 fn ownership_worker_may_change_own_and_claim_free_tasks() {
     let hub0 = owned_hub();

@@ -357,7 +357,25 @@ impl Authority {
             if out.repair.is_empty() {
                 break;
             }
-            let message = format!("swarmtodo repair: {}", out.repair.notes.join("; "));
+            // The change's message (and the `repaired` event that quotes it) names the
+            // first VIOLATION_TASKS_MAX notes and counts the rest: a merge that broke a
+            // rule on thousands of tasks makes a message of a few KB, not a megabyte.
+            let notes = &out.repair.notes;
+            let mut message = format!(
+                "swarmtodo repair: {}",
+                notes
+                    .iter()
+                    .take(VIOLATION_TASKS_MAX)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            if notes.len() > VIOLATION_TASKS_MAX {
+                message.push_str(&format!(
+                    "; … and {} more",
+                    notes.len() - VIOLATION_TASKS_MAX
+                ));
+            }
             merge = list.apply_fields(&self.agent, now_ms, &message, &out.repair.writes())?;
             report.repairs.push(merge.clone());
         }
@@ -1038,9 +1056,11 @@ impl Authority {
                 continue;
             }
             let who = agent
-                .clone()
+                .as_deref()
+                .map(|a| clip(a, AGENT_ID_BYTES_MAX).to_owned())
                 .unwrap_or_else(|| change.actor().to_hex_string());
             for (id, fields) in &change.touched {
+                let shown = clip(id, TASK_ID_BYTES_MAX);
                 let delta = merge.tasks.get(id);
                 let before_owner = delta
                     .and_then(|d| d.before.as_ref())
@@ -1064,8 +1084,10 @@ impl Authority {
                     key,
                     rule: Rule::Ownership,
                     message: format!(
-                        "{who} ({role:?}) changed task {id:?} owned by {}",
-                        before_owner.as_deref().unwrap_or("nobody")
+                        "{who} ({role:?}) changed task {shown:?} owned by {}",
+                        before_owner
+                            .as_deref()
+                            .map_or("nobody", |o| clip(o, AGENT_ID_BYTES_MAX))
                     ),
                     tasks: [id.clone()].into(),
                     values: fields
@@ -1074,8 +1096,8 @@ impl Authority {
                         .collect(),
                     repair: fixing.then(|| {
                         format!(
-                            "restored {id}'s {:?} as they were before {who}'s change",
-                            fields
+                            "restored {shown}'s {} as they were before {who}'s change",
+                            some_of(fields, fields.len())
                         )
                     }),
                     changes: Vec::new(),
@@ -1270,10 +1292,12 @@ impl Authority {
                         };
                         if let Some(value) = value {
                             repair.set(id, name, value);
+                            let shown = clip_written(w.clone());
                             repair.notes.push(format!(
-                                "{id}.{name}: kept {}'s concurrent {} over the authority's repair",
-                                w.agent.as_deref().unwrap_or("an agent"),
-                                w.value
+                                "{}.{name}: kept {}'s concurrent {} over the authority's repair",
+                                shown.task,
+                                shown.agent.as_deref().unwrap_or("an agent"),
+                                shown.value
                             ));
                         }
                     }
