@@ -197,6 +197,15 @@ struct Conn {
     identity: Option<Identity>,
 }
 
+/// A change refused because its actor belongs to someone else (see `HubCore::actors`).
+#[derive(Debug)]
+struct Forged {
+    change: ChangeHash,
+    actor: ActorId,
+    /// Whose it is, for the message ("agent \"lead\"", "the hub").
+    owner: String,
+}
+
 /// A token bucket of history work (see [`SYNC_WORK_BURST`]).
 #[derive(Debug)]
 struct WorkBudget {
@@ -285,6 +294,13 @@ pub struct HubCore {
     owed: BTreeMap<DocumentId, Owed>,
     /// Lists whose news waits for a later batch, since when (ms).
     news: BTreeMap<DocumentId, i64>,
+    /// Every actor a token-identified connection brought a change of, in any list, and
+    /// that connection's identity: the actor is that agent's, and a change by it from any
+    /// other connection is refused (`actor_forged`). Actor ids are self-declared, so the
+    /// first identity seen writing with one owns it. Grows with the changes the hub
+    /// holds (an actor is bound only once a change of it is applied or waits for its
+    /// dependencies).
+    actors: BTreeMap<ActorId, Arc<Identity>>,
 }
 
 /// How long a busy hub may hold a list's news for its other peers to send it with a
@@ -368,6 +384,7 @@ impl HubCore {
             docs: BTreeMap::new(),
             owed: BTreeMap::new(),
             news: BTreeMap::new(),
+            actors: BTreeMap::new(),
         }
     }
 
@@ -660,7 +677,11 @@ impl HubCore {
                 return self.fail(c, 1008, e.code(), format!("bad sync message: {e}"), fx);
             }
         };
-        let identity = self.conns.get(&c).and_then(|conn| conn.identity.clone());
+        let identity = self
+            .conns
+            .get(&c)
+            .and_then(|conn| conn.identity.clone())
+            .map(Arc::new);
         let observer = identity
             .as_ref()
             .is_some_and(|who| who.role_in(&doc_id) == crate::authority::Role::Observer);
@@ -733,6 +754,8 @@ impl HubCore {
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return;
         };
+        let actors = &mut self.actors;
+        let hub_actor = &self.config.actor;
         let before = doc.list.heads();
         let stock_before = doc.list.sync_counters().stock;
         // Automerge can still panic on a crafted change that passed validation (an op
@@ -753,9 +776,60 @@ impl HubCore {
             let took_as_known = (brought_earlier && message.changes.is_empty())
                 .then(|| message.heads.clone())
                 .filter(|heads| !heads.is_empty());
-            let mut merge =
-                doc.list
-                    .receive_sync_message_indexed(state, &mut peer.sent, message)?;
+            // A change by an actor that belongs to another agent (or to the hub) is
+            // refused before Automerge sees any of the message: once merged it could not
+            // be taken out, and the owner's own next change with that sequence number
+            // would be refused instead (locking the owner out).
+            let mut to_bind: Vec<(ActorId, ChangeHash)> = Vec::new();
+            let admitted = doc.list.receive_sync_message_admitting(
+                state,
+                &mut peer.sent,
+                message,
+                |fresh| {
+                    for change in fresh {
+                        let actor = change.actor_id();
+                        // The list's first change is the same bytes in every list (see
+                        // `TodoList::create`): its actor is nobody's, and never writes
+                        // again.
+                        let root = actor.to_bytes() == crate::model::ROOT_ACTOR;
+                        let owner = if actor == hub_actor {
+                            Some("the hub".to_owned())
+                        } else if root {
+                            (change.seq() > 1)
+                                .then(|| "the list's creation (it never writes again)".to_owned())
+                        } else {
+                            actors
+                                .get(actor)
+                                .filter(|o| {
+                                    identity.as_ref().is_none_or(|who| who.agent != o.agent)
+                                })
+                                .map(|o| format!("agent {:?}", o.agent))
+                        };
+                        if let Some(owner) = owner {
+                            return Err(Forged {
+                                change: change.hash(),
+                                actor: actor.clone(),
+                                owner,
+                            });
+                        }
+                        if identity.is_some() && !root && !actors.contains_key(actor) {
+                            to_bind.push((actor.clone(), change.hash()));
+                        }
+                    }
+                    Ok(())
+                },
+            )?;
+            let mut merge = match admitted {
+                Ok(merge) => merge,
+                Err(forged) => return Ok(Err(forged)),
+            };
+            if let Some(who) = &identity {
+                for (actor, hash) in to_bind {
+                    if doc.list.holds(&hash) {
+                        actors.entry(actor).or_insert_with(|| Arc::clone(who));
+                    }
+                }
+            }
             doc.list.settle_their_have(state);
             peer.heard_at = doc.list.window_end();
             peer.heard_ms = now_ms;
@@ -783,24 +857,39 @@ impl HubCore {
                 state.last_sent_heads = last_sent;
             }
             let rejected = std::mem::take(&mut merge.rejected);
-            // The token vouches for the writer: its new changes are its agent's, in its
-            // role, whatever agent id their actor registered in the document.
-            if let Some(who) = &identity {
-                for change in &merge.changes {
+            // A token vouches for the writer: the changes of an actor a token brought are
+            // its agent's, in its role, whatever agent id the actor registered in the
+            // document (changes that waited for dependencies land with another peer's
+            // message: each is bound to the identity that brought it).
+            for change in &merge.changes {
+                if let Some(owner) = actors.get(change.actor()) {
                     if !doc
                         .authority
-                        .bind(change.actor(), &who.agent, who.role_in(&doc_id))
+                        .bind(change.actor(), &owner.agent, owner.role_in(&doc_id))
                     {
-                        tracing::warn!(conn = c.0, actor = %change.actor(), agent = %who.agent, "an actor bound to another identity");
+                        tracing::warn!(conn = c.0, actor = %change.actor(), agent = %owner.agent, "an actor bound to another role");
                     }
                 }
             }
             let commit =
                 (!merge.is_empty()).then(|| Self::check_and_repair(doc, doc_id, merge, now_ms));
-            Ok::<_, crate::model::ModelError>((rejected, commit, continues))
+            Ok::<_, crate::model::ModelError>(Ok((rejected, commit, continues)))
         }));
         let (rejected, commit, continues) = match merged {
-            Ok(Ok(m)) => m,
+            Ok(Ok(Ok(m))) => m,
+            Ok(Ok(Err(forged))) => {
+                tracing::warn!(conn = c.0, doc = %doc_id, change = %forged.change, actor = %forged.actor, owner = %forged.owner, "a change by another's actor refused");
+                return self.fail(
+                    c,
+                    1008,
+                    "actor_forged",
+                    format!(
+                        "change {} is by actor {}, which belongs to {}: nothing of this message was applied; write with an actor id of your own (a fresh random one per replica) and drop that change",
+                        forged.change, forged.actor, forged.owner
+                    ),
+                    fx,
+                );
+            }
             Ok(Err(e)) => {
                 return self.fail(c, 1008, "sync_refused", format!("sync refused: {e}"), fx);
             }
