@@ -1205,11 +1205,16 @@ async fn never_reading_peer(url: &str, me: &str, doc: DocumentId) -> Ws {
     ws
 }
 
-/// An accomplice sends `count` ephemeral messages of `bytes` each for `doc` at about
-/// 500 frames/s (half the hub's rate limit); the hub relays each to every other peer of
-/// the list. Returns how many went out.
+/// An accomplice syncing `doc` sends `count` ephemeral messages of `bytes` each for it at
+/// about 500 frames/s (half the hub's rate limit); the hub relays each to every other
+/// peer of the list. Returns how many went out.
 async fn flood_ephemeral(url: &str, doc: DocumentId, count: usize, bytes: usize) -> usize {
     let (mut ws, hub_id) = joined(url, "accomplice").await;
+    ws.send(Message::Binary(
+        request_frame("accomplice", &hub_id, doc, SEND_ME_EVERYTHING.to_vec()).into(),
+    ))
+    .await
+    .unwrap();
     let payload = vec![0x42u8; bytes];
     for i in 0..count {
         let frame = wire::encode(&WireMessage::Ephemeral {

@@ -601,6 +601,19 @@ impl HubCore {
             (ConnState::Ready(remote), msg) => (remote.clone(), msg),
         };
         let (remote, msg) = remote;
+        // A peer speaks only as itself: a relay carries the connection's own peer id,
+        // and a frame that names another sender (the hub's, another peer's) is refused.
+        if let Some(claimed) = msg.sender_id().filter(|s| **s != remote) {
+            return self.fail(
+                c,
+                1008,
+                "sender_mismatch",
+                format!(
+                    "this connection joined as {remote:?} but sent a message as {claimed:?}: send every message with your own peer id"
+                ),
+                fx,
+            );
+        }
         match msg {
             WireMessage::Request {
                 document_id, data, ..
@@ -623,6 +636,49 @@ impl HubCore {
                 data,
                 ..
             } => {
+                // Only the hub speaks in its event session: a peer's message there would
+                // pass for the hub's events.
+                if session_id == EVENTS_SESSION {
+                    return self.fail(
+                        c,
+                        1008,
+                        "events_session",
+                        format!(
+                            "only the hub sends in the {EVENTS_SESSION:?} session: use a session id of your own"
+                        ),
+                        fx,
+                    );
+                }
+                // Relayed only from a peer that syncs the list and may write it.
+                let Some(conn) = self.conns.get(&c) else {
+                    return;
+                };
+                if !conn.docs.contains(&document_id) {
+                    fx.sends.push((
+                        c,
+                        wire::encode(&WireMessage::Error {
+                            sender_id: Some(self.config.peer_id.clone()),
+                            target_id: Some(remote),
+                            message: format!(
+                                "ephemeral_not_syncing: your ephemeral message for {document_id} was not relayed: sync the list (request or sync it) before sending to its peers"
+                            ),
+                        }),
+                    ));
+                    return;
+                }
+                let observer = conn.identity.as_ref().is_some_and(|who| {
+                    who.role_in(&document_id) == crate::authority::Role::Observer
+                });
+                if observer {
+                    return self.fail(
+                        c,
+                        1008,
+                        "read_only",
+                        "this token is an observer's: it may read lists, not send to their peers"
+                            .to_owned(),
+                        fx,
+                    );
+                }
                 // Relayed as is to the others syncing the list; never stored.
                 if let Some(doc) = self.docs.get(&document_id) {
                     // Encoded once for every other peer (the target id is cut out).
@@ -1336,9 +1392,16 @@ pub fn event_frames(hub: &PeerId, commits: &[(Commit, Vec<u64>, i64)]) -> Vec<(C
     frames
 }
 
-/// The events an `ephemeral` message from the hub carries (none if it is not one).
-pub fn events_of(session_id: &str, data: &[u8]) -> Vec<crate::proto::Event> {
-    if session_id != EVENTS_SESSION {
+/// The events an `ephemeral` message carries when it is the hub's: sent by `hub` (the
+/// peer id the hub gave in the handshake) in [`EVENTS_SESSION`]; none otherwise (a
+/// message relayed from another peer is never the hub's events).
+pub fn events_of(
+    hub: &PeerId,
+    sender_id: &PeerId,
+    session_id: &str,
+    data: &[u8],
+) -> Vec<crate::proto::Event> {
+    if sender_id != hub || session_id != EVENTS_SESSION {
         return Vec::new();
     }
     let Ok(json) = minicbor::decode::<&str>(data) else {
