@@ -132,6 +132,8 @@ struct Heard {
     ephemerals: Vec<(String, String)>,
     errors: Vec<String>,
     close: Option<(u16, String)>,
+    /// The stream ended without a close frame (the hub dropped the connection).
+    ended: bool,
 }
 
 /// Reads `ws` for `for_at_most` or until it is closed.
@@ -154,7 +156,10 @@ async fn listen(ws: &mut Ws, for_at_most: Duration) -> Heard {
                 break;
             }
             Some(Ok(_)) => {}
-            None | Some(Err(_)) => break,
+            None | Some(Err(_)) => {
+                heard.ended = true;
+                break;
+            }
         }
     }
     heard
@@ -362,4 +367,178 @@ async fn the_client_takes_events_only_from_its_hub() {
     assert_eq!(seqs, vec![2], "only the hub's event is taken");
     drop(c);
     server.abort();
+}
+
+/// Ephemeral messages one flooding connection sends per round (as in the reported
+/// attack: ≈3,000 of 4 KiB in 0.1 s, then it reconnects and does it again).
+const FLOOD_MESSAGES: usize = 3_000;
+/// Size of each flooded message.
+const FLOOD_BYTES: usize = 4 * 1024;
+/// Rounds of the flood (new connections each).
+const FLOOD_ROUNDS: usize = 10;
+/// Flooding connections at once in a round: their relays together are more than a
+/// receiver's outbox holds, whatever each one's own budget.
+const FLOODERS: usize = 8;
+/// Honest peers of the list that do not read while the flood goes on (agents between
+/// two syncs).
+const IDLE_PEERS: usize = 4;
+
+/// One flooding connection: join, sync the list, send the messages as fast as the socket
+/// takes them until the hub closes the connection. Returns how many went out and how
+/// the hub ended it.
+async fn flood_round(url: String, doc: DocumentId, me: String) -> (usize, Heard) {
+    let url = url.as_str();
+    let (mut ws, hub_id) = joined(url, &me).await;
+    request(&mut ws, &me, &hub_id, doc).await;
+    let payload = vec![0x42u8; FLOOD_BYTES];
+    let mut sent = 0;
+    for _ in 0..FLOOD_MESSAGES {
+        let m = ephemeral(&peer_id(&me), &hub_id, doc, "cursor", &payload);
+        match tokio::time::timeout(WAIT, ws.send(m)).await {
+            Ok(Ok(())) => sent += 1,
+            // The hub closed the connection under it.
+            _ => break,
+        }
+    }
+    let heard = listen(&mut ws, WAIT).await;
+    (sent, heard)
+}
+
+/// A peer floods a shared list with ephemeral messages, reconnecting and repeating,
+/// while an honest agent writes and others sit between syncs: no honest peer loses its
+/// connection, the honest writer's syncs keep working during the flood, and the
+/// flooder is told `ephemeral_rate`. Prints the honest edit latency during the flood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_flood_costs_no_honest_peer_its_connection() {
+    let dir = scratch("relay-flood");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let doc = list_document_id("flooded");
+    let mut lead = planned();
+    let mut c_lead = Connection::connect(&hub.url, "lead").await.unwrap();
+    c_lead.sync(doc, &mut lead).await.unwrap();
+    let mut idle = Vec::new();
+    for i in 0..IDLE_PEERS {
+        let mut l = TodoList::create(actor(20 + i as u8));
+        let mut c = Connection::connect(&hub.url, &format!("idle-{i}"))
+            .await
+            .unwrap();
+        c.sync(doc, &mut l).await.unwrap();
+        idle.push((c, l));
+    }
+    // Honest latency before the flood.
+    let mut quiet = Vec::new();
+    for n in 0..5 {
+        write(
+            &mut lead,
+            "lead",
+            patch(vec![upsert(task(&format!("q{n}"), "Quiet"))]),
+        );
+        let t = std::time::Instant::now();
+        c_lead.sync(doc, &mut lead).await.unwrap();
+        quiet.push(t.elapsed());
+    }
+
+    let url = hub.url.clone();
+    let flood = tokio::spawn(async move {
+        let mut rounds = Vec::new();
+        for round in 0..FLOOD_ROUNDS {
+            let at_once: Vec<_> = (0..FLOODERS)
+                .map(|i| {
+                    tokio::spawn(flood_round(
+                        url.clone(),
+                        doc,
+                        format!("flooder-{round}-{i}"),
+                    ))
+                })
+                .collect();
+            for f in at_once {
+                rounds.push(f.await.unwrap());
+            }
+        }
+        rounds
+    });
+    // The honest writer writes and syncs while the flood goes on; if the hub drops it,
+    // it reconnects (as an agent would), and the latency includes that.
+    let mut during = Vec::new();
+    let mut lost = Vec::new();
+    let mut n = 0;
+    while !flood.is_finished() {
+        write(
+            &mut lead,
+            "lead",
+            patch(vec![upsert(task(&format!("f{n}"), "Flooded"))]),
+        );
+        let t = std::time::Instant::now();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(30), c_lead.sync(doc, &mut lead)).await {
+                Ok(Ok(_)) => break,
+                other => {
+                    lost.push(format!("{other:?}"));
+                    c_lead = Connection::connect(&hub.url, &format!("lead-{n}"))
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+        during.push(t.elapsed());
+        n += 1;
+    }
+    let rounds = flood.await.unwrap();
+    during.sort();
+    quiet.sort();
+    eprintln!(
+        "flood: {FLOOD_ROUNDS} rounds of {FLOODERS} connections sending {FLOOD_MESSAGES} x {} KiB ephemeral messages; honest edit latency quiet median {:?}, during the flood median {:?} max {:?} over {} edits; the flooders sent {} messages and were closed with {:?}",
+        FLOOD_BYTES / 1024,
+        quiet[quiet.len() / 2],
+        during[during.len() / 2],
+        during.last().unwrap(),
+        during.len(),
+        rounds.iter().map(|(s, _)| s).sum::<usize>(),
+        rounds
+            .iter()
+            .fold(std::collections::BTreeMap::new(), |mut m, (_, h)| {
+                *m.entry(h.close.clone()).or_insert(0) += 1;
+                m
+            })
+    );
+    assert!(
+        lost.is_empty(),
+        "the honest writer lost its connection during the flood: {lost:?}"
+    );
+
+    // Every idle honest peer still has its connection and gets every write.
+    for (i, (c, l)) in idle.iter_mut().enumerate() {
+        tokio::time::timeout(Duration::from_secs(30), c.sync(doc, l))
+            .await
+            .expect("an idle peer's sync finishes")
+            .unwrap_or_else(|e| panic!("idle peer {i} lost its connection to the flood: {e}"));
+        assert_eq!(
+            l.read().tasks.len(),
+            lead.read().tasks.len(),
+            "idle peer {i}"
+        );
+    }
+    // Each flooder is cut off: closed for its ephemeral rate, or for its frame rate when
+    // its frames outran the hub's reading of them (or the close frame was lost in the
+    // flood it was still sending).
+    for (sent, heard) in &rounds {
+        let reason = heard.close.as_ref().map(|(c, r)| (*c, r.as_str()));
+        assert!(
+            matches!(
+                reason,
+                Some((1008, "ephemeral_rate")) | Some((1008, "rate_limit"))
+            ) || (reason.is_none() && heard.ended),
+            "the flooder is told (after {sent} messages): {:?} {:?}",
+            heard.close,
+            heard.errors
+        );
+    }
+    assert!(
+        rounds
+            .iter()
+            .any(|(_, h)| h.close.as_ref().is_some_and(|(_, r)| r == "ephemeral_rate")),
+        "the ephemeral budget closes flooders"
+    );
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
 }

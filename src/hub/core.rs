@@ -62,6 +62,19 @@ pub const SYNC_WORK_PER_SECOND: i64 = 5_000_000;
 /// each change it sends from its op columns: ~100× the cost of an op).
 pub const CHANGE_WORK_UNITS: i64 = 100;
 
+/// Bytes of `ephemeral` messages one connection may have relayed per second, on
+/// average: presence and cursors are a few small messages a second, and each relayed byte
+/// costs the hub a copy per peer of the list (at 100 peers, 6.4 MB/s of output for one
+/// sender at this rate). Over it, the messages are dropped, not relayed.
+pub const EPHEMERAL_BYTES_PER_SECOND: i64 = 64 * 1024;
+/// … in bursts up to this many bytes.
+pub const EPHEMERAL_BURST_BYTES: i64 = 256 * 1024;
+/// `ephemeral` messages one connection may have relayed per second, on average (each
+/// costs a frame per peer of the list whatever its size).
+pub const EPHEMERAL_MESSAGES_PER_SECOND: i64 = 50;
+/// … in bursts up to this many messages.
+pub const EPHEMERAL_BURST_MESSAGES: i64 = 100;
+
 /// A connection, as the runtime numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnId(pub u64);
@@ -154,6 +167,11 @@ pub struct Effects {
     pub reloads: Vec<DocumentId>,
     /// Frames to send.
     pub sends: Vec<(ConnId, Vec<u8>)>,
+    /// Frames the runtime may drop instead of queueing them for a peer that is behind:
+    /// relayed `ephemeral` messages, which carry no state (a peer that misses one misses
+    /// nothing it needs). A flood of them must never cost its receivers their connection
+    /// as slow readers.
+    pub relays: Vec<(ConnId, Vec<u8>)>,
     /// Connections to close (after their pending sends).
     pub closes: Vec<(ConnId, Close)>,
 }
@@ -195,6 +213,70 @@ struct Conn {
     work: WorkBudget,
     /// Who it is, when it presented a token.
     identity: Option<Identity>,
+    /// What it may still have relayed (see [`EPHEMERAL_BYTES_PER_SECOND`]).
+    relay: RelayBudget,
+}
+
+/// What [`RelayBudget::take`] decides for one `ephemeral` message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Within the budget: relay it.
+    Pass,
+    /// Over it: drop it.
+    Drop,
+    /// Over it by a whole burst more (in bytes or messages): the sender keeps flooding
+    /// after its messages were dropped; close it (`ephemeral_rate`).
+    Close,
+}
+
+/// Token buckets of relayed `ephemeral` bytes and messages, in thousandths (so that a
+/// millisecond's refill is not rounded away).
+#[derive(Debug)]
+struct RelayBudget {
+    milli_bytes: i64,
+    milli_messages: i64,
+    at_ms: i64,
+}
+
+impl RelayBudget {
+    fn new(now_ms: i64) -> RelayBudget {
+        RelayBudget {
+            milli_bytes: EPHEMERAL_BURST_BYTES * 1_000,
+            milli_messages: EPHEMERAL_BURST_MESSAGES * 1_000,
+            at_ms: now_ms,
+        }
+    }
+
+    /// Refills for the time since the last call, then takes a message of `bytes`: it is
+    /// relayed while both buckets hold enough; a dropped message is charged too (a
+    /// debt time repays), and a debt past a whole burst closes the sender.
+    fn take(&mut self, now_ms: i64, bytes: usize) -> Verdict {
+        let elapsed = now_ms.saturating_sub(self.at_ms).max(0);
+        self.at_ms = self.at_ms.max(now_ms);
+        self.milli_bytes = self
+            .milli_bytes
+            .saturating_add(elapsed.saturating_mul(EPHEMERAL_BYTES_PER_SECOND))
+            .min(EPHEMERAL_BURST_BYTES * 1_000);
+        self.milli_messages = self
+            .milli_messages
+            .saturating_add(elapsed.saturating_mul(EPHEMERAL_MESSAGES_PER_SECOND))
+            .min(EPHEMERAL_BURST_MESSAGES * 1_000);
+        let cost = i64::try_from(bytes)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1_000);
+        let fits = self.milli_bytes >= cost && self.milli_messages >= 1_000;
+        self.milli_bytes = self.milli_bytes.saturating_sub(cost);
+        self.milli_messages = self.milli_messages.saturating_sub(1_000);
+        if fits {
+            Verdict::Pass
+        } else if self.milli_bytes < -EPHEMERAL_BURST_BYTES * 1_000
+            || self.milli_messages < -EPHEMERAL_BURST_MESSAGES * 1_000
+        {
+            Verdict::Close
+        } else {
+            Verdict::Drop
+        }
+    }
 }
 
 /// A change refused because its actor belongs to someone else (see `HubCore::actors`).
@@ -498,6 +580,7 @@ impl HubCore {
                         docs: BTreeSet::new(),
                         work: WorkBudget::new(now_ms, self.config.sync_work),
                         identity: None,
+                        relay: RelayBudget::new(now_ms),
                     },
                 );
             }
@@ -679,6 +762,31 @@ impl HubCore {
                         fx,
                     );
                 }
+                // Each sender's relays are rate-limited before the fan-out.
+                let verdict = match self.conns.get_mut(&c) {
+                    Some(conn) => conn.relay.take(now_ms, data.len()),
+                    None => return,
+                };
+                match verdict {
+                    Verdict::Pass => {}
+                    Verdict::Drop => {
+                        tracing::debug!(conn = c.0, "ephemeral message over the rate: dropped");
+                        return;
+                    }
+                    Verdict::Close => {
+                        return self.fail(
+                            c,
+                            1008,
+                            "ephemeral_rate",
+                            format!(
+                                "more ephemeral messages than the hub relays ({EPHEMERAL_MESSAGES_PER_SECOND}/s, {} KiB/s on average, bursts of {EPHEMERAL_BURST_MESSAGES} or {} KiB): send fewer or smaller ones, and reconnect later",
+                                EPHEMERAL_BYTES_PER_SECOND / 1024,
+                                EPHEMERAL_BURST_BYTES / 1024
+                            ),
+                            fx,
+                        );
+                    }
+                }
                 // Relayed as is to the others syncing the list; never stored.
                 if let Some(doc) = self.docs.get(&document_id) {
                     // Encoded once for every other peer (the target id is cut out).
@@ -699,7 +807,7 @@ impl HubCore {
                             ..
                         }) = self.conns.get(&other)
                         {
-                            fx.sends.push((other, each.to(target)));
+                            fx.relays.push((other, each.to(target)));
                         }
                     }
                 }
