@@ -847,3 +847,140 @@ fn creators_syncing_at_once_converge_under_any_interleaving_and_batching() {
         }
     }
 }
+
+/// A token's identity for the core.
+fn identity(agent: &str, role: swarmtodo::authority::Role) -> swarmtodo::hub::core::Identity {
+    swarmtodo::hub::core::Identity {
+        agent: agent.to_owned(),
+        role,
+        lists: Default::default(),
+    }
+}
+
+/// Syncs `list` as `doc` through connection `c` until nothing moves; returns the closes
+/// the core ordered for `c`.
+fn sync_as(
+    core: &mut HubCore,
+    hub: &PeerId,
+    c: ConnId,
+    doc: DocumentId,
+    list: &mut TodoList,
+) -> Vec<swarmtodo::hub::core::Close> {
+    let mut state = sync::State::new();
+    let mut closes = Vec::new();
+    for _ in 0..20 {
+        state.in_flight = false;
+        let Some(m) = list.generate_sync_message(&mut state) else {
+            break;
+        };
+        let f = wire::encode(&WireMessage::Sync {
+            sender_id: peer(c.0),
+            target_id: hub.clone(),
+            document_id: doc,
+            data: m.encode(),
+        });
+        let fx = core.handle(0, Input::Frame(c, f));
+        closes.extend(
+            fx.closes
+                .into_iter()
+                .filter(|(to, _)| *to == c)
+                .map(|(_, x)| x),
+        );
+        if !closes.is_empty() {
+            break;
+        }
+        for (_, b) in fx.sends.iter().filter(|(to, _)| *to == c) {
+            if let WireMessage::Sync { data, .. } = wire::decode(b).unwrap() {
+                list.receive_sync_message(&mut state, sync::Message::decode(&data).unwrap())
+                    .unwrap();
+            }
+        }
+    }
+    closes
+}
+
+/// An actor belongs to the first identity that brought a change of it, in every list:
+/// another agent (in another list too), a connection without a token, or anyone using
+/// the hub's own actor is refused with `actor_forged` before anything is merged; a
+/// list's first change (the same bytes everywhere) is nobody's, so every agent can
+/// create lists.
+#[test]
+fn an_actor_is_its_first_identitys_in_every_list_and_nobody_writes_as_the_hub() {
+    use swarmtodo::authority::Role;
+    let hub_actor = ActorId::from([0xA0u8; 16]);
+    let config = HubConfig::new(hub_actor.clone());
+    let hub = config.peer_id.clone();
+    let mut core = HubCore::new(config);
+    let doc_a = swarmtodo::client::list_document_id("a");
+    let doc_b = swarmtodo::client::list_document_id("b");
+    let conn = |core: &mut HubCore, n: u64, who: Option<(&str, Role)>| {
+        let c = ConnId(n);
+        core.handle(0, Input::Connected(c));
+        if let Some((agent, role)) = who {
+            core.handle(0, Input::Identified(c, identity(agent, role)));
+        }
+        let join = wire::encode(&WireMessage::Join {
+            sender_id: peer(n),
+            supported_protocol_versions: Some(vec!["1".into()]),
+            peer_metadata: None,
+        });
+        core.handle(0, Input::Frame(c, join));
+        c
+    };
+    let edit = |list: &mut TodoList, id: &str, text: &str, agent: &str| {
+        write(list, agent, patch(vec![upsert(task(id, text))]));
+    };
+
+    // The lead creates list a with actor 1; wendy creates list b with actor 2.
+    let c_lead = conn(&mut core, 1, Some(("lead", Role::Lead)));
+    let mut lead_a = TodoList::create(actor(1));
+    edit(&mut lead_a, "t1", "Lead's", "lead");
+    assert!(sync_as(&mut core, &hub, c_lead, doc_a, &mut lead_a).is_empty());
+    let c_wendy = conn(&mut core, 2, Some(("wendy", Role::Worker)));
+    let mut wendy_b = TodoList::create(actor(2));
+    edit(&mut wendy_b, "w1", "Wendy's", "wendy");
+    assert!(
+        sync_as(&mut core, &hub, c_wendy, doc_b, &mut wendy_b).is_empty(),
+        "a second agent creates a list of its own"
+    );
+
+    let held = |core: &HubCore, doc: DocumentId, text: &str| {
+        core.doc(&doc)
+            .unwrap()
+            .list()
+            .read()
+            .tasks
+            .iter()
+            .any(|t| t.content == text)
+    };
+    // Wendy writes list b with the lead's actor; a token-less connection writes list a
+    // with it; someone writes list a as the hub.
+    type Who<'a> = Option<(&'a str, Role)>;
+    let cases: [(u64, Who<'_>, DocumentId, ActorId); 3] = [
+        (3, Some(("wendy", Role::Worker)), doc_b, actor(1)),
+        (4, None, doc_a, actor(1)),
+        (5, Some(("lead", Role::Lead)), doc_a, hub_actor.clone()),
+    ];
+    for (n, who, doc, forged_actor) in cases {
+        let c = conn(&mut core, n, who);
+        let base = if doc == doc_a { &lead_a } else { &wendy_b };
+        let mut forger = base.fork(forged_actor.clone());
+        let text = format!("forged {n}");
+        edit(&mut forger, "t1", &text, "lead");
+        let closes = sync_as(&mut core, &hub, c, doc, &mut forger);
+        assert_eq!(
+            closes.first().map(|x| x.reason.as_str()),
+            Some("actor_forged"),
+            "case {n}: {closes:?}"
+        );
+        assert!(
+            !held(&core, doc, &text),
+            "case {n}: nothing of it is merged"
+        );
+    }
+
+    // The lead's own actor still writes, in list a and in list b.
+    edit(&mut lead_a, "t1", "Lead's again", "lead");
+    assert!(sync_as(&mut core, &hub, c_lead, doc_a, &mut lead_a).is_empty());
+    assert!(held(&core, doc_a, "Lead's again"));
+}

@@ -206,9 +206,13 @@ impl Connection {
                     }
                 }
                 WireMessage::Ephemeral {
-                    session_id, data, ..
+                    sender_id,
+                    session_id,
+                    data,
+                    ..
                 } => {
-                    for e in crate::hub::core::events_of(&session_id, &data) {
+                    for e in crate::hub::core::events_of(&self.hub, &sender_id, &session_id, &data)
+                    {
                         if self.events.len() >= EVENTS_BUFFERED_MAX {
                             self.events.pop_front();
                         }
@@ -381,8 +385,8 @@ impl Connection {
                             changed(&l);
                         }
                     }
-                    WireMessage::Ephemeral { session_id, data, .. } => {
-                        for e in crate::hub::core::events_of(&session_id, &data) {
+                    WireMessage::Ephemeral { sender_id, session_id, data, .. } => {
+                        for e in crate::hub::core::events_of(&self.hub, &sender_id, &session_id, &data) {
                             event(e);
                         }
                     }

@@ -62,6 +62,19 @@ pub const SYNC_WORK_PER_SECOND: i64 = 5_000_000;
 /// each change it sends from its op columns: ~100× the cost of an op).
 pub const CHANGE_WORK_UNITS: i64 = 100;
 
+/// Bytes of `ephemeral` messages one connection may have relayed per second, on
+/// average: presence and cursors are a few small messages a second, and each relayed byte
+/// costs the hub a copy per peer of the list (at 100 peers, 6.4 MB/s of output for one
+/// sender at this rate). Over it, the messages are dropped, not relayed.
+pub const EPHEMERAL_BYTES_PER_SECOND: i64 = 64 * 1024;
+/// … in bursts up to this many bytes.
+pub const EPHEMERAL_BURST_BYTES: i64 = 256 * 1024;
+/// `ephemeral` messages one connection may have relayed per second, on average (each
+/// costs a frame per peer of the list whatever its size).
+pub const EPHEMERAL_MESSAGES_PER_SECOND: i64 = 50;
+/// … in bursts up to this many messages.
+pub const EPHEMERAL_BURST_MESSAGES: i64 = 100;
+
 /// A connection, as the runtime numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnId(pub u64);
@@ -154,6 +167,11 @@ pub struct Effects {
     pub reloads: Vec<DocumentId>,
     /// Frames to send.
     pub sends: Vec<(ConnId, Vec<u8>)>,
+    /// Frames the runtime may drop instead of queueing them for a peer that is behind:
+    /// relayed `ephemeral` messages, which carry no state (a peer that misses one misses
+    /// nothing it needs). A flood of them must never cost its receivers their connection
+    /// as slow readers.
+    pub relays: Vec<(ConnId, Vec<u8>)>,
     /// Connections to close (after their pending sends).
     pub closes: Vec<(ConnId, Close)>,
 }
@@ -195,6 +213,79 @@ struct Conn {
     work: WorkBudget,
     /// Who it is, when it presented a token.
     identity: Option<Identity>,
+    /// What it may still have relayed (see [`EPHEMERAL_BYTES_PER_SECOND`]).
+    relay: RelayBudget,
+}
+
+/// What [`RelayBudget::take`] decides for one `ephemeral` message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Within the budget: relay it.
+    Pass,
+    /// Over it: drop it.
+    Drop,
+    /// Over it by a whole burst more (in bytes or messages): the sender keeps flooding
+    /// after its messages were dropped; close it (`ephemeral_rate`).
+    Close,
+}
+
+/// Token buckets of relayed `ephemeral` bytes and messages, in thousandths (so that a
+/// millisecond's refill is not rounded away).
+#[derive(Debug)]
+struct RelayBudget {
+    milli_bytes: i64,
+    milli_messages: i64,
+    at_ms: i64,
+}
+
+impl RelayBudget {
+    fn new(now_ms: i64) -> RelayBudget {
+        RelayBudget {
+            milli_bytes: EPHEMERAL_BURST_BYTES * 1_000,
+            milli_messages: EPHEMERAL_BURST_MESSAGES * 1_000,
+            at_ms: now_ms,
+        }
+    }
+
+    /// Refills for the time since the last call, then takes a message of `bytes`: it is
+    /// relayed while both buckets hold enough; a dropped message is charged too (a
+    /// debt time repays), and a debt past a whole burst closes the sender.
+    fn take(&mut self, now_ms: i64, bytes: usize) -> Verdict {
+        let elapsed = now_ms.saturating_sub(self.at_ms).max(0);
+        self.at_ms = self.at_ms.max(now_ms);
+        self.milli_bytes = self
+            .milli_bytes
+            .saturating_add(elapsed.saturating_mul(EPHEMERAL_BYTES_PER_SECOND))
+            .min(EPHEMERAL_BURST_BYTES * 1_000);
+        self.milli_messages = self
+            .milli_messages
+            .saturating_add(elapsed.saturating_mul(EPHEMERAL_MESSAGES_PER_SECOND))
+            .min(EPHEMERAL_BURST_MESSAGES * 1_000);
+        let cost = i64::try_from(bytes)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1_000);
+        let fits = self.milli_bytes >= cost && self.milli_messages >= 1_000;
+        self.milli_bytes = self.milli_bytes.saturating_sub(cost);
+        self.milli_messages = self.milli_messages.saturating_sub(1_000);
+        if fits {
+            Verdict::Pass
+        } else if self.milli_bytes < -EPHEMERAL_BURST_BYTES * 1_000
+            || self.milli_messages < -EPHEMERAL_BURST_MESSAGES * 1_000
+        {
+            Verdict::Close
+        } else {
+            Verdict::Drop
+        }
+    }
+}
+
+/// A change refused because its actor belongs to someone else (see `HubCore::actors`).
+#[derive(Debug)]
+struct Forged {
+    change: ChangeHash,
+    actor: ActorId,
+    /// Whose it is, for the message ("agent \"lead\"", "the hub").
+    owner: String,
 }
 
 /// A token bucket of history work (see [`SYNC_WORK_BURST`]).
@@ -285,6 +376,13 @@ pub struct HubCore {
     owed: BTreeMap<DocumentId, Owed>,
     /// Lists whose news waits for a later batch, since when (ms).
     news: BTreeMap<DocumentId, i64>,
+    /// Every actor a token-identified connection brought a change of, in any list, and
+    /// that connection's identity: the actor is that agent's, and a change by it from any
+    /// other connection is refused (`actor_forged`). Actor ids are self-declared, so the
+    /// first identity seen writing with one owns it. Grows with the changes the hub
+    /// holds (an actor is bound only once a change of it is applied or waits for its
+    /// dependencies).
+    actors: BTreeMap<ActorId, Arc<Identity>>,
 }
 
 /// How long a busy hub may hold a list's news for its other peers to send it with a
@@ -368,6 +466,7 @@ impl HubCore {
             docs: BTreeMap::new(),
             owed: BTreeMap::new(),
             news: BTreeMap::new(),
+            actors: BTreeMap::new(),
         }
     }
 
@@ -481,6 +580,7 @@ impl HubCore {
                         docs: BTreeSet::new(),
                         work: WorkBudget::new(now_ms, self.config.sync_work),
                         identity: None,
+                        relay: RelayBudget::new(now_ms),
                     },
                 );
             }
@@ -584,6 +684,19 @@ impl HubCore {
             (ConnState::Ready(remote), msg) => (remote.clone(), msg),
         };
         let (remote, msg) = remote;
+        // A peer speaks only as itself: a relay carries the connection's own peer id,
+        // and a frame that names another sender (the hub's, another peer's) is refused.
+        if let Some(claimed) = msg.sender_id().filter(|s| **s != remote) {
+            return self.fail(
+                c,
+                1008,
+                "sender_mismatch",
+                format!(
+                    "this connection joined as {remote:?} but sent a message as {claimed:?}: send every message with your own peer id"
+                ),
+                fx,
+            );
+        }
         match msg {
             WireMessage::Request {
                 document_id, data, ..
@@ -606,6 +719,74 @@ impl HubCore {
                 data,
                 ..
             } => {
+                // Only the hub speaks in its event session: a peer's message there would
+                // pass for the hub's events.
+                if session_id == EVENTS_SESSION {
+                    return self.fail(
+                        c,
+                        1008,
+                        "events_session",
+                        format!(
+                            "only the hub sends in the {EVENTS_SESSION:?} session: use a session id of your own"
+                        ),
+                        fx,
+                    );
+                }
+                // Relayed only from a peer that syncs the list and may write it.
+                let Some(conn) = self.conns.get(&c) else {
+                    return;
+                };
+                if !conn.docs.contains(&document_id) {
+                    fx.sends.push((
+                        c,
+                        wire::encode(&WireMessage::Error {
+                            sender_id: Some(self.config.peer_id.clone()),
+                            target_id: Some(remote),
+                            message: format!(
+                                "ephemeral_not_syncing: your ephemeral message for {document_id} was not relayed: sync the list (request or sync it) before sending to its peers"
+                            ),
+                        }),
+                    ));
+                    return;
+                }
+                let observer = conn.identity.as_ref().is_some_and(|who| {
+                    who.role_in(&document_id) == crate::authority::Role::Observer
+                });
+                if observer {
+                    return self.fail(
+                        c,
+                        1008,
+                        "read_only",
+                        "this token is an observer's: it may read lists, not send to their peers"
+                            .to_owned(),
+                        fx,
+                    );
+                }
+                // Each sender's relays are rate-limited before the fan-out.
+                let verdict = match self.conns.get_mut(&c) {
+                    Some(conn) => conn.relay.take(now_ms, data.len()),
+                    None => return,
+                };
+                match verdict {
+                    Verdict::Pass => {}
+                    Verdict::Drop => {
+                        tracing::debug!(conn = c.0, "ephemeral message over the rate: dropped");
+                        return;
+                    }
+                    Verdict::Close => {
+                        return self.fail(
+                            c,
+                            1008,
+                            "ephemeral_rate",
+                            format!(
+                                "more ephemeral messages than the hub relays ({EPHEMERAL_MESSAGES_PER_SECOND}/s, {} KiB/s on average, bursts of {EPHEMERAL_BURST_MESSAGES} or {} KiB): send fewer or smaller ones, and reconnect later",
+                                EPHEMERAL_BYTES_PER_SECOND / 1024,
+                                EPHEMERAL_BURST_BYTES / 1024
+                            ),
+                            fx,
+                        );
+                    }
+                }
                 // Relayed as is to the others syncing the list; never stored.
                 if let Some(doc) = self.docs.get(&document_id) {
                     // Encoded once for every other peer (the target id is cut out).
@@ -626,7 +807,7 @@ impl HubCore {
                             ..
                         }) = self.conns.get(&other)
                         {
-                            fx.sends.push((other, each.to(target)));
+                            fx.relays.push((other, each.to(target)));
                         }
                     }
                 }
@@ -660,7 +841,11 @@ impl HubCore {
                 return self.fail(c, 1008, e.code(), format!("bad sync message: {e}"), fx);
             }
         };
-        let identity = self.conns.get(&c).and_then(|conn| conn.identity.clone());
+        let identity = self
+            .conns
+            .get(&c)
+            .and_then(|conn| conn.identity.clone())
+            .map(Arc::new);
         let observer = identity
             .as_ref()
             .is_some_and(|who| who.role_in(&doc_id) == crate::authority::Role::Observer);
@@ -733,6 +918,8 @@ impl HubCore {
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return;
         };
+        let actors = &mut self.actors;
+        let hub_actor = &self.config.actor;
         let before = doc.list.heads();
         let stock_before = doc.list.sync_counters().stock;
         // Automerge can still panic on a crafted change that passed validation (an op
@@ -753,9 +940,60 @@ impl HubCore {
             let took_as_known = (brought_earlier && message.changes.is_empty())
                 .then(|| message.heads.clone())
                 .filter(|heads| !heads.is_empty());
-            let mut merge =
-                doc.list
-                    .receive_sync_message_indexed(state, &mut peer.sent, message)?;
+            // A change by an actor that belongs to another agent (or to the hub) is
+            // refused before Automerge sees any of the message: once merged it could not
+            // be taken out, and the owner's own next change with that sequence number
+            // would be refused instead (locking the owner out).
+            let mut to_bind: Vec<(ActorId, ChangeHash)> = Vec::new();
+            let admitted = doc.list.receive_sync_message_admitting(
+                state,
+                &mut peer.sent,
+                message,
+                |fresh| {
+                    for change in fresh {
+                        let actor = change.actor_id();
+                        // The list's first change is the same bytes in every list (see
+                        // `TodoList::create`): its actor is nobody's, and never writes
+                        // again.
+                        let root = actor.to_bytes() == crate::model::ROOT_ACTOR;
+                        let owner = if actor == hub_actor {
+                            Some("the hub".to_owned())
+                        } else if root {
+                            (change.seq() > 1)
+                                .then(|| "the list's creation (it never writes again)".to_owned())
+                        } else {
+                            actors
+                                .get(actor)
+                                .filter(|o| {
+                                    identity.as_ref().is_none_or(|who| who.agent != o.agent)
+                                })
+                                .map(|o| format!("agent {:?}", o.agent))
+                        };
+                        if let Some(owner) = owner {
+                            return Err(Forged {
+                                change: change.hash(),
+                                actor: actor.clone(),
+                                owner,
+                            });
+                        }
+                        if identity.is_some() && !root && !actors.contains_key(actor) {
+                            to_bind.push((actor.clone(), change.hash()));
+                        }
+                    }
+                    Ok(())
+                },
+            )?;
+            let mut merge = match admitted {
+                Ok(merge) => merge,
+                Err(forged) => return Ok(Err(forged)),
+            };
+            if let Some(who) = &identity {
+                for (actor, hash) in to_bind {
+                    if doc.list.holds(&hash) {
+                        actors.entry(actor).or_insert_with(|| Arc::clone(who));
+                    }
+                }
+            }
             doc.list.settle_their_have(state);
             peer.heard_at = doc.list.window_end();
             peer.heard_ms = now_ms;
@@ -783,24 +1021,39 @@ impl HubCore {
                 state.last_sent_heads = last_sent;
             }
             let rejected = std::mem::take(&mut merge.rejected);
-            // The token vouches for the writer: its new changes are its agent's, in its
-            // role, whatever agent id their actor registered in the document.
-            if let Some(who) = &identity {
-                for change in &merge.changes {
+            // A token vouches for the writer: the changes of an actor a token brought are
+            // its agent's, in its role, whatever agent id the actor registered in the
+            // document (changes that waited for dependencies land with another peer's
+            // message: each is bound to the identity that brought it).
+            for change in &merge.changes {
+                if let Some(owner) = actors.get(change.actor()) {
                     if !doc
                         .authority
-                        .bind(change.actor(), &who.agent, who.role_in(&doc_id))
+                        .bind(change.actor(), &owner.agent, owner.role_in(&doc_id))
                     {
-                        tracing::warn!(conn = c.0, actor = %change.actor(), agent = %who.agent, "an actor bound to another identity");
+                        tracing::warn!(conn = c.0, actor = %change.actor(), agent = %owner.agent, "an actor bound to another role");
                     }
                 }
             }
             let commit =
                 (!merge.is_empty()).then(|| Self::check_and_repair(doc, doc_id, merge, now_ms));
-            Ok::<_, crate::model::ModelError>((rejected, commit, continues))
+            Ok::<_, crate::model::ModelError>(Ok((rejected, commit, continues)))
         }));
         let (rejected, commit, continues) = match merged {
-            Ok(Ok(m)) => m,
+            Ok(Ok(Ok(m))) => m,
+            Ok(Ok(Err(forged))) => {
+                tracing::warn!(conn = c.0, doc = %doc_id, change = %forged.change, actor = %forged.actor, owner = %forged.owner, "a change by another's actor refused");
+                return self.fail(
+                    c,
+                    1008,
+                    "actor_forged",
+                    format!(
+                        "change {} is by actor {}, which belongs to {}: nothing of this message was applied; write with an actor id of your own (a fresh random one per replica) and drop that change",
+                        forged.change, forged.actor, forged.owner
+                    ),
+                    fx,
+                );
+            }
             Ok(Err(e)) => {
                 return self.fail(c, 1008, "sync_refused", format!("sync refused: {e}"), fx);
             }
@@ -1282,9 +1535,16 @@ pub fn event_frames(hub: &PeerId, commits: &[(Commit, Vec<u64>, i64)]) -> Vec<(C
     frames
 }
 
-/// The events an `ephemeral` message from the hub carries (none if it is not one).
-pub fn events_of(session_id: &str, data: &[u8]) -> Vec<crate::proto::Event> {
-    if session_id != EVENTS_SESSION {
+/// The events an `ephemeral` message carries when it is the hub's: sent by `hub` (the
+/// peer id the hub gave in the handshake) in [`EVENTS_SESSION`]; none otherwise (a
+/// message relayed from another peer is never the hub's events).
+pub fn events_of(
+    hub: &PeerId,
+    sender_id: &PeerId,
+    session_id: &str,
+    data: &[u8],
+) -> Vec<crate::proto::Event> {
+    if sender_id != hub || session_id != EVENTS_SESSION {
         return Vec::new();
     }
     let Ok(json) = minicbor::decode::<&str>(data) else {

@@ -33,6 +33,14 @@ pub const OUTBOX_FRAMES_MAX: usize = 256;
 /// sync messages carry at most `SYNC_CHANGES_BYTES_MAX` of changes) still goes out:
 /// what one stalled peer can pin is this plus one message (`MESSAGE_BYTES_MAX`).
 pub const OUTBOX_BYTES_MAX: usize = 2 * 1024 * 1024;
+/// Bytes queued for a connection past which relayed `ephemeral` messages to it are
+/// dropped instead of queued (`Effects::relays`): a quarter of [`OUTBOX_BYTES_MAX`], so
+/// that a flood of relays never makes an honest receiver a slow reader, and its sync
+/// messages and events always have room.
+pub const RELAY_OUTBOX_BYTES_MAX: usize = OUTBOX_BYTES_MAX / 4;
+/// Frames queued for a connection past which relays to it are dropped: a quarter of
+/// [`OUTBOX_FRAMES_MAX`], for the same reason.
+pub const RELAY_OUTBOX_FRAMES_MAX: usize = OUTBOX_FRAMES_MAX / 4;
 /// Inputs queued for the hub task (connections wait when it is full).
 pub const HUB_QUEUE_MAX: usize = 4_096;
 /// Largest WebSocket frame accepted.
@@ -112,6 +120,19 @@ impl Outbox {
             return Err(matches!(e, mpsc::error::TrySendError::Full(_)));
         }
         Ok(())
+    }
+
+    /// Queues a relayed frame unless the peer already has [`RELAY_OUTBOX_BYTES_MAX`] or
+    /// [`RELAY_OUTBOX_FRAMES_MAX`] queued; false when it was dropped. A relay never
+    /// makes its receiver a slow reader.
+    fn offer(&self, frame: Vec<u8>) -> bool {
+        let queued_frames = OUTBOX_FRAMES_MAX.saturating_sub(self.frames.capacity());
+        if self.queued_bytes.load(Ordering::Relaxed) + frame.len() > RELAY_OUTBOX_BYTES_MAX
+            || queued_frames >= RELAY_OUTBOX_FRAMES_MAX
+        {
+            return false;
+        }
+        self.push(frame).is_ok()
     }
 }
 
@@ -690,6 +711,19 @@ async fn perform(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result<(),
         if let Err(full) = outbox.push(frame) {
             slow.push((id, full));
         }
+    }
+    // Relayed ephemeral messages: dropped for a peer that is behind, never a reason to
+    // close it.
+    let mut dropped = 0usize;
+    for (id, frame) in fx.relays {
+        if let Some(outbox) = outboxes.get(&id) {
+            if !outbox.offer(frame) {
+                dropped += 1;
+            }
+        }
+    }
+    if dropped > 0 {
+        tracing::debug!(dropped, "relays dropped for peers that are behind");
     }
     for (id, close) in fx.closes {
         if let Some(outbox) = outboxes.remove(&id) {

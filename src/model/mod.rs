@@ -59,7 +59,7 @@ pub use crate::proto::{
     WriteRequest, WriteResult,
 };
 
-pub(crate) use self::doc::{field, value_json, OpKey, TASK_ENTRY};
+pub(crate) use self::doc::{field, value_json, OpKey, ROOT_ACTOR, TASK_ENTRY};
 pub(crate) use self::index::Index;
 use crate::proto::{
     AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, EVENT_VALUE_BYTES_MAX, TASK_ID_BYTES_MAX,
@@ -792,11 +792,44 @@ impl TodoList {
         sent: &mut sync::SentIndex,
         message: automerge::sync::Message,
     ) -> Result<Merge, ModelError> {
-        let (merge, before, message) = self.receive_changes(message)?;
+        let admitted = self.receive_sync_message_admitting(state, sent, message, |_| {
+            Ok::<(), std::convert::Infallible>(())
+        })?;
+        match admitted {
+            Ok(merge) => Ok(merge),
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`TodoList::receive_sync_message_indexed`] that first shows `admit` the message's
+    /// changes this replica does not hold yet (neither applied nor waiting), before
+    /// Automerge sees any of them. When `admit` refuses, nothing of the message is
+    /// applied, the sync state is untouched, and its error comes back (`Ok(Err(..))`):
+    /// the hub refuses a change whose actor belongs to another agent this way, as once
+    /// Automerge holds a change nothing can take it out (and the actor's own next change
+    /// with the same sequence number would be refused instead).
+    pub fn receive_sync_message_admitting<E>(
+        &mut self,
+        state: &mut automerge::sync::State,
+        sent: &mut sync::SentIndex,
+        message: automerge::sync::Message,
+        admit: impl FnOnce(&[Change]) -> Result<(), E>,
+    ) -> Result<Result<Merge, E>, ModelError> {
+        let changes = Self::message_changes(&message)?;
+        let fresh: Vec<Change> = changes
+            .iter()
+            .filter(|c| !self.holds(&c.hash()))
+            .cloned()
+            .collect();
+        if let Err(e) = admit(&fresh) {
+            return Ok(Err(e));
+        }
+        let before = self.heads();
+        let merge = self.apply_changes(changes)?;
         match sync::receive_state(&self.doc, &self.recent, state, sent, message, &before) {
             Ok(()) => {
                 self.sync_counters.count(true);
-                Ok(merge)
+                Ok(Ok(merge))
             }
             Err(message) => {
                 self.sync_counters.count(false);
@@ -807,9 +840,15 @@ impl TodoList {
                 );
                 sent.forget();
                 self.receive_state_stock(state, message, &before)?;
-                Ok(merge)
+                Ok(Ok(merge))
             }
         }
+    }
+
+    /// Whether this replica holds change `hash`: applied, or waiting for dependencies.
+    pub fn holds(&self, hash: &ChangeHash) -> bool {
+        self.doc.get_change_meta_by_hash(hash).is_some()
+            || self.pending.iter().any(|c| c.hash() == *hash)
     }
 
     /// [`TodoList::receive_sync_message`] by automerge's stock function only (whose
@@ -830,15 +869,21 @@ impl TodoList {
         &mut self,
         message: automerge::sync::Message,
     ) -> Result<(Merge, Vec<ChangeHash>, automerge::sync::Message), ModelError> {
+        let changes = Self::message_changes(&message)?;
+        let before = self.heads();
+        let merge = self.apply_changes(changes)?;
+        Ok((merge, before, message))
+    }
+
+    /// The changes a sync message carries, decoded from its chunks.
+    fn message_changes(message: &automerge::sync::Message) -> Result<Vec<Change>, ModelError> {
         let mut changes = Vec::new();
         for (index, chunk) in message.changes.iter().enumerate() {
             changes.extend(
                 chunk_changes(chunk).map_err(|reason| ModelError::BadChunk { index, reason })?,
             );
         }
-        let before = self.heads();
-        let merge = self.apply_changes(changes)?;
-        Ok((merge, before, message))
+        Ok(changes)
     }
 
     /// The state part of the stock `receive_sync_message`, its changes already applied

@@ -829,7 +829,7 @@ impl<'a> Sim<'a> {
                 persist::reload_sync(&self.db, hub, id)?;
             }
         }
-        for (c, bytes) in fx.sends {
+        for (c, bytes) in fx.sends.into_iter().chain(fx.relays) {
             self.send(c, Dir::ToAgent, bytes, false)?;
         }
         for (c, close) in fx.closes {

@@ -282,3 +282,36 @@ pub async fn run_js_repo_client(
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// Runs the script `tests/js/<script>` with `args` under node and returns the JSON it
+/// prints (a hostile or helper peer made of the real automerge-repo).
+pub async fn run_js(script: &str, args: &[String]) -> serde_json::Value {
+    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+    assert!(
+        js.join("node_modules/@automerge/automerge-repo").exists(),
+        "the JS peer is not installed: run `npm install --prefix tests/js` (.ci/run does)"
+    );
+    let script = js.join(script);
+    let args = args.to_vec();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(&script)
+            .args(&args)
+            .output()
+            .expect("node must be installed")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "JS peer failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "JS peer printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
