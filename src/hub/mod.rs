@@ -35,6 +35,7 @@ pub struct Hub {
     store: Store,
     known: BTreeSet<DocumentId>,
     access: server::Access,
+    limits: server::ConnLimits,
 }
 
 impl Hub {
@@ -59,12 +60,19 @@ impl Hub {
             store,
             known,
             access: server::Access::Open,
+            limits: server::ConnLimits::default(),
         })
     }
 
     /// Who may connect (default: anyone who reaches the socket).
     pub fn with_access(mut self, access: server::Access) -> Hub {
         self.access = access;
+        self
+    }
+
+    /// The bounds on connections (default: the named constants of [`server`]).
+    pub fn with_limits(mut self, limits: server::ConnLimits) -> Hub {
+        self.limits = limits;
         self
     }
 
@@ -80,6 +88,7 @@ impl Hub {
             self.store,
             self.known,
             self.access,
+            self.limits,
             shutdown,
         )
         .await
