@@ -26,6 +26,8 @@
 //! join_timeout_ms = 10000       # JOIN_TIMEOUT
 //! connections_per_address_max = 4096   # CONNECTIONS_PER_ADDRESS_MAX
 //! connections_per_token_max = 256      # CONNECTIONS_PER_TOKEN_MAX
+//! list_creations_burst = 100           # hub::core::LIST_CREATIONS_BURST
+//! list_creations_per_minute = 60       # hub::core::LIST_CREATIONS_PER_MINUTE
 //! ```
 //!
 //! A token's agent and role are vouched for by the hub: the changes a connection
@@ -81,6 +83,10 @@ pub struct LimitsConfig {
     pub connections_per_address_max: Option<usize>,
     /// `CONNECTIONS_PER_TOKEN_MAX`.
     pub connections_per_token_max: Option<usize>,
+    /// `LIST_CREATIONS_BURST`.
+    pub list_creations_burst: Option<u32>,
+    /// `LIST_CREATIONS_PER_MINUTE`.
+    pub list_creations_per_minute: Option<u32>,
 }
 
 /// `[policy]`: per rule, `report` or `repair` (absent: the default policy's).
@@ -243,6 +249,9 @@ impl Config {
         if l.connections_per_address_max == Some(0) {
             return Err("limits.connections_per_address_max: must be at least 1".to_owned());
         }
+        if l.list_creations_burst == Some(0) {
+            return Err("limits.list_creations_burst: must be at least 1".to_owned());
+        }
         if l.connections_per_token_max == Some(0) {
             return Err("limits.connections_per_token_max: must be at least 1".to_owned());
         }
@@ -263,6 +272,17 @@ impl Config {
             l.per_token_max = n;
         }
         l
+    }
+
+    /// List creations per identity: burst and per minute.
+    pub fn list_creations(&self) -> (u32, u32) {
+        let c = &self.limits;
+        (
+            c.list_creations_burst
+                .unwrap_or(crate::hub::core::LIST_CREATIONS_BURST),
+            c.list_creations_per_minute
+                .unwrap_or(crate::hub::core::LIST_CREATIONS_PER_MINUTE),
+        )
     }
 
     /// The authority's policy.

@@ -309,6 +309,7 @@ fn serve(
     let mut hub_config = swarmtodo::hub::core::HubConfig::new(automerge::ActorId::random());
     hub_config.policy = config.policy();
     hub_config.roles = config.roles();
+    hub_config.list_creations = config.list_creations();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -18,6 +18,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::hub::wire::{self, WireMessage};
+use swarmtodo::model::TodoList;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -249,4 +250,255 @@ async fn connections_over_the_per_token_and_per_address_bounds_are_refused() {
     drop(held);
     let mut hub = hub;
     hub.hub.assert_alive("after the refusals");
+}
+
+// ---------------------------------------------------------------------------------
+// Lists: creation paced per identity, out of memory when nobody syncs them
+// ---------------------------------------------------------------------------------
+
+/// `text` without ANSI escape sequences (the log's colours).
+fn plain(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The `in_memory` count of the hub's last "list out of memory" log line.
+fn in_memory(lines: &std::sync::Mutex<Vec<String>>) -> Option<usize> {
+    lines.lock().unwrap().iter().rev().find_map(|l| {
+        let l = plain(l);
+        if !l.contains("list out of memory") {
+            return None;
+        }
+        let rest = &l[l.find("in_memory=")? + "in_memory=".len()..];
+        rest.split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// A list named `name` holding one task, created by syncing it over `c`.
+async fn create_list(c: &mut Connection, name: &str) -> Result<(), String> {
+    let doc = list_document_id(name);
+    let mut lead = TodoList::create(actor(1));
+    write(
+        &mut lead,
+        "lead",
+        patch(vec![upsert(task("t1", &format!("Do {name}")))]),
+    );
+    tokio::time::timeout(WAIT, c.sync(doc, &mut lead))
+        .await
+        .expect("the sync ends in time")
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// One identity (here the loopback address: no tokens) creates lists over several
+/// connections: past the configured burst the creation is refused with
+/// `list_creation_rate` and a message saying what to do, whatever connection it comes
+/// on. Once their peers left, the lists are out of the hub's memory (its log counts
+/// them), a list a peer only named (a request with nothing) is neither held nor stored,
+/// and a later peer reads every created list with its content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_creation_is_paced_and_lists_nobody_syncs_leave_memory() {
+    const BURST: usize = 24;
+    const PER_CONNECTION: usize = 10;
+    let dir = scratch("limits-lists");
+    let config = dir.join("swarmtodo.toml");
+    std::fs::write(
+        &config,
+        format!("[limits]\nlist_creations_burst = {BURST}\nlist_creations_per_minute = 0\n"),
+    )
+    .unwrap();
+    let db = dir.join("hub.db");
+    let (mut hub, log) = HubProc::start_logging(
+        &db,
+        &["--config", config.to_str().unwrap()],
+        "warn,swarmtodo::hub::core=debug",
+    );
+    // A peer that names a list and sends nothing (heads only, no changes) gets an
+    // empty list to sync into (a creation); it leaves.
+    let (url, named) = (hub.url.clone(), list_document_id("named-only"));
+    {
+        let mut ws = upgrade(&url).await.unwrap();
+        use futures_util::SinkExt;
+        let me = swarmtodo::hub::wire::PeerId::new("namer").unwrap();
+        let join = WireMessage::Join {
+            sender_id: me.clone(),
+            supported_protocol_versions: Some(vec!["1".into()]),
+            peer_metadata: None,
+        };
+        ws.send(Message::Binary(wire::encode(&join).into()))
+            .await
+            .unwrap();
+        let hub_id = loop {
+            match tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
+                Some(Ok(Message::Binary(b))) => {
+                    if let Ok(WireMessage::Peer { sender_id, .. }) = wire::decode(&b) {
+                        break sender_id;
+                    }
+                }
+                Some(Ok(_)) => {}
+                other => panic!("join failed: {other:?}"),
+            }
+        };
+        let heads_only = automerge::sync::Message {
+            heads: vec![automerge::ChangeHash([7; 32])],
+            need: Vec::new(),
+            have: Vec::new(),
+            changes: automerge::sync::ChunkList::empty(),
+            flags: None,
+            version: automerge::sync::MessageVersion::V1,
+        }
+        .encode();
+        let request = WireMessage::Request {
+            sender_id: me,
+            target_id: hub_id,
+            document_id: named,
+            data: heads_only,
+        };
+        ws.send(Message::Binary(wire::encode(&request).into()))
+            .await
+            .unwrap();
+        // The hub answers (it asks for the changes): the list was held.
+        loop {
+            match tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
+                Some(Ok(Message::Binary(b))) => {
+                    if let Ok(WireMessage::Sync { .. }) = wire::decode(&b) {
+                        break;
+                    }
+                }
+                Some(Ok(_)) => {}
+                other => panic!("the request was not answered: {other:?}"),
+            }
+        }
+        ws.close(None).await.unwrap();
+    }
+
+    // Reconnecting does not start the count over: connections of 10 lists each, until
+    // one is refused.
+    let mut created = Vec::new();
+    let mut refusal = None;
+    'conns: for n in 0.. {
+        assert!(
+            n < 10,
+            "no creation was refused after {} lists",
+            created.len()
+        );
+        let mut c = Connection::connect(&hub.url, &format!("creator-{n}"))
+            .await
+            .unwrap();
+        for _ in 0..PER_CONNECTION {
+            let name = format!("list-{}", created.len());
+            match create_list(&mut c, &name).await {
+                Ok(()) => created.push(name),
+                Err(e) => {
+                    refusal = Some(e);
+                    break 'conns;
+                }
+            }
+        }
+        c.close().await.unwrap();
+    }
+    let refusal = refusal.unwrap();
+    eprintln!("lists: {} created, then: {refusal}", created.len());
+    assert_eq!(created.len(), BURST - 1, "{refusal}");
+    assert!(refusal.contains("too many new lists"), "{refusal}");
+    assert!(refusal.contains("wait before creating more"), "{refusal}");
+
+    // Every peer left: no list is in memory.
+    let until = std::time::Instant::now() + WAIT;
+    while in_memory(&log) != Some(0) {
+        assert!(
+            std::time::Instant::now() < until,
+            "lists still in memory after their peers left: {:?} (last log count)",
+            in_memory(&log)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("lists: none in memory once their peers left");
+
+    // A later peer reads each of them, with its content.
+    let mut reader = Connection::connect(&hub.url, "reader").await.unwrap();
+    for name in &created {
+        let mut replica = TodoList::create(actor(9));
+        reader
+            .sync(list_document_id(name), &mut replica)
+            .await
+            .unwrap();
+        let tasks = replica.read().tasks;
+        assert_eq!(tasks.len(), 1, "{name}: {tasks:?}");
+        assert_eq!(tasks[0].content, format!("Do {name}"));
+    }
+    reader.close().await.unwrap();
+    hub.assert_alive("after the lists");
+    drop(hub);
+    // The list only named was never stored.
+    let stored = swarmtodo::store::Db::open(&db)
+        .unwrap()
+        .list_docs()
+        .unwrap();
+    assert_eq!(stored.len(), BURST - 1, "stored lists");
+    assert!(!stored.contains(&swarmtodo::store::DocId(*named.as_bytes())));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The figure of the hostile review: the hub's RSS after 5,000 lists created (without
+/// tasks) over five connections, and after those connections left. Run with
+/// `cargo test --test hub_limits rss_after -- --ignored --nocapture` (the creation
+/// budget is raised for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: prints the hub's RSS"]
+async fn rss_after_5000_list_creations() {
+    const LISTS: usize = 5_000;
+    const PER_CONNECTION: usize = 1_000;
+    let dir = scratch("limits-rss");
+    let config = dir.join("swarmtodo.toml");
+    std::fs::write(
+        &config,
+        format!("[limits]\nlist_creations_burst = {LISTS}\n"),
+    )
+    .unwrap();
+    let (hub, _log) = HubProc::start_logging(
+        &dir.join("hub.db"),
+        &["--config", config.to_str().unwrap()],
+        "warn",
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = hub.rss_kib();
+    let mut n = 0;
+    while n < LISTS {
+        let mut c = Connection::connect(&hub.url, "creator").await.unwrap();
+        for _ in 0..PER_CONNECTION {
+            let mut list = TodoList::create(actor(1));
+            c.sync(list_document_id(&format!("rss-{n}")), &mut list)
+                .await
+                .unwrap();
+            n += 1;
+        }
+        c.close().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = hub.rss_kib();
+    eprintln!(
+        "rss: hub RSS {} MiB at start, {} MiB after {LISTS} lists created over {} connections that left (peak {} MiB)",
+        start / 1024,
+        after / 1024,
+        LISTS / PER_CONNECTION,
+        hub.peak_rss_kib() / 1024
+    );
+    drop(hub);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -28,7 +28,8 @@ use crate::store::{Store, StoreError};
 /// The agent id the hub's repairs are recorded under.
 pub const HUB_AGENT: &str = "swarmtodo-hub";
 
-/// A hub ready to serve: its store opened and its lists loaded.
+/// A hub ready to serve: its store opened and its lists known (each is loaded when a
+/// peer asks for it).
 #[derive(Debug)]
 pub struct Hub {
     core: HubCore,
@@ -39,7 +40,8 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Opens (or creates) the SQLite file at `path` and loads every list in it.
+    /// Opens (or creates) the SQLite file at `path`; its lists are loaded when a peer
+    /// asks for them.
     pub async fn open(path: &Path) -> Result<Hub, StoreError> {
         let store = Store::open(path.to_path_buf()).await?;
         Hub::with_store(store, HubConfig::new(ActorId::random())).await
@@ -54,7 +56,7 @@ impl Hub {
     /// A hub on an opened store with the given core configuration.
     pub async fn with_store(store: Store, config: HubConfig) -> Result<Hub, StoreError> {
         let mut core = HubCore::new(config);
-        let known = persist::load_all(&store, &mut core).await?;
+        let known = persist::stored(&store, &mut core).await?;
         Ok(Hub {
             core,
             store,
@@ -108,6 +110,7 @@ impl HubConfig {
             roles: Roles::default(),
             sync_limits: syncmsg::Limits::default(),
             sync_work: (core::SYNC_WORK_BURST, core::SYNC_WORK_PER_SECOND),
+            list_creations: (core::LIST_CREATIONS_BURST, core::LIST_CREATIONS_PER_MINUTE),
         }
     }
 }

@@ -147,13 +147,20 @@ impl<K: std::hash::Hash + Eq + Clone> Drop for Slot<K> {
 /// What the hub task receives.
 #[derive(Debug)]
 enum ToHub {
-    /// A connection opened, with its outbox and who its token says it is.
-    Open(ConnId, Outbox, Option<Identity>),
+    /// A connection opened, with its outbox, who its token says it is and where it
+    /// comes from.
+    Open(ConnId, Outbox, Option<Identity>, std::net::IpAddr),
     /// An input for the core.
     Input(Input),
     /// Close a connection for a reason found outside the core (rate, size, idleness):
     /// an `error` message, then the close frame.
     Kick(ConnId, Close),
+    /// A list the core asked for (`Effects::loads`), loaded from the store by a task of
+    /// its own (the hub task goes on meanwhile; the frames for it wait in the core).
+    Loaded(
+        DocumentId,
+        Box<Result<Option<super::core::StoredList>, crate::store::StoreError>>,
+    ),
     /// Stop: everything queued before this is handled (and committed) first; then every
     /// peer is closed with 1001.
     Shutdown,
@@ -238,7 +245,7 @@ pub async fn run(
     let per_address: Counts<std::net::IpAddr> = Counts::default();
     let per_token: Counts<String> = Counts::default();
     let (to_hub, hub_rx) = mpsc::channel::<ToHub>(HUB_QUEUE_MAX);
-    let mut hub = tokio::spawn(hub_task(core, store, known, hub_rx));
+    let mut hub = tokio::spawn(hub_task(core, store, known, hub_rx, to_hub.downgrade()));
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut next_conn = 0u64;
     tokio::pin!(shutdown);
@@ -275,6 +282,7 @@ pub async fn run(
                 }
                 let conn = Conn {
                     id,
+                    address: addr.ip(),
                     to_hub: to_hub.clone(),
                     access: access.clone(),
                     limits: limits.clone(),
@@ -337,6 +345,7 @@ impl Access {
 /// What a connection's task needs of the server.
 struct Conn {
     id: ConnId,
+    address: std::net::IpAddr,
     to_hub: mpsc::Sender<ToHub>,
     access: Arc<Access>,
     limits: Arc<ConnLimits>,
@@ -360,6 +369,7 @@ fn refusal(
 async fn serve_conn(conn: Conn, stream: TcpStream, from: Option<Slot<std::net::IpAddr>>) {
     let Conn {
         id,
+        address,
         to_hub,
         access,
         limits,
@@ -436,7 +446,11 @@ async fn serve_conn(conn: Conn, stream: TcpStream, from: Option<Slot<std::net::I
         close: close_tx,
         queued_bytes: queued_bytes.clone(),
     };
-    if to_hub.send(ToHub::Open(id, outbox, who)).await.is_err() {
+    if to_hub
+        .send(ToHub::Open(id, outbox, who, address))
+        .await
+        .is_err()
+    {
         return;
     }
     let mut writer = tokio::spawn(async move {
@@ -637,15 +651,19 @@ async fn hub_task(
     store: Store,
     known: BTreeSet<DocumentId>,
     mut rx: mpsc::Receiver<ToHub>,
+    loaded_to: mpsc::WeakSender<ToHub>,
 ) -> Result<(), ServeError> {
     let mut out = Relay {
         store,
         known,
         outboxes: BTreeMap::new(),
         deferred: DeferredEvents::default(),
+        loaded_to,
     };
     // A message taken from the queue while gathering a batch, handled next.
     let mut stashed: Option<ToHub> = None;
+    // Lists dropped from memory since the freed heap was last given back.
+    let mut dropped = 0usize;
     loop {
         // What a busy moment deferred goes out before the hub idles: when nothing
         // waits, even after the connections had their turn to read (this task runs
@@ -666,9 +684,12 @@ async fn hub_task(
             },
         };
         let input = match msg {
-            ToHub::Open(id, outbox, who) => {
+            ToHub::Open(id, outbox, who, address) => {
                 out.outboxes.insert(id, outbox);
-                let fx = core.handle(now_ms(), Input::Connected(id));
+                let fx = core.handle_batch(
+                    now_ms(),
+                    [Input::Connected(id), Input::Address(id, address)],
+                );
                 perform(&mut core, &mut out, fx).await?;
                 match who {
                     Some(who) => Input::Identified(id, who),
@@ -682,12 +703,22 @@ async fn hub_task(
                 }
                 continue;
             }
+            ToHub::Loaded(doc, loaded) => {
+                let loaded = (*loaded).map_err(|e| ServeError::Store(e.to_string()))?;
+                tracing::debug!(%doc, found = loaded.is_some(), "list loaded for a peer");
+                let held = core.doc_count();
+                let fx = core.loaded(now_ms(), doc, loaded);
+                perform(&mut core, &mut out, fx).await?;
+                dropped += held.saturating_sub(core.doc_count());
+                continue;
+            }
             ToHub::Shutdown => break,
         };
         if let Input::Disconnected(id) = &input {
             out.outboxes.remove(id);
         }
         let started = std::time::Instant::now();
+        let held = core.doc_count();
         let fx = match input {
             // Frames already waiting are handled together: one answer per list and peer
             // for all of them (under load, one fan-out per batch, not per write).
@@ -716,7 +747,9 @@ async fn hub_task(
         let bulk = !fx.compactions.is_empty()
             || fx.commits.iter().map(|c| c.changes.len()).sum::<usize>() >= TRIM_AFTER_CHANGES;
         let performed = perform(&mut core, &mut out, fx).await;
-        if bulk {
+        dropped += held.saturating_sub(core.doc_count());
+        if bulk || dropped >= TRIM_AFTER_LISTS_DROPPED {
+            dropped = 0;
             give_back_freed_memory();
         }
         if commits > 0 {
@@ -752,6 +785,12 @@ async fn hub_task(
 /// Changes merged in one batch after which the hub hands the memory it freed back to
 /// the system (see [`give_back_freed_memory`]).
 pub const TRIM_AFTER_CHANGES: usize = 1_000;
+
+/// Lists dropped from memory (their last peer left) after which the hub hands the
+/// memory it freed back to the system: glibc keeps the freed lists' heap in its arenas
+/// otherwise, and a hub whose peers came and went would keep the RSS of its busiest
+/// moment. A trim costs a few milliseconds; a list costs tens of KiB at least.
+pub const TRIM_AFTER_LISTS_DROPPED: usize = 64;
 
 /// Returns freed heap memory to the system. A first sync of a long history allocates
 /// several times the list's size for a moment (the changes decoded, the merge's report,
@@ -807,14 +846,38 @@ struct Relay {
     known: BTreeSet<DocumentId>,
     outboxes: BTreeMap<ConnId, Outbox>,
     deferred: DeferredEvents,
+    /// Where a list loaded for the core is sent ([`ToHub::Loaded`]).
+    loaded_to: mpsc::WeakSender<ToHub>,
 }
 
-async fn perform(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result<(), ServeError> {
+/// Performs `fx`, then starts loading the lists it asks for ([`Effects::loads`]): each
+/// load is a task of its own, queued at the store after `fx`'s commits, whose result
+/// comes back to the hub task as [`ToHub::Loaded`] (a large list takes a while to
+/// rebuild, and the other peers must not wait for it).
+async fn perform(core: &mut HubCore, out: &mut Relay, mut fx: Effects) -> Result<(), ServeError> {
+    let loads = std::mem::take(&mut fx.loads);
+    perform_one(core, out, fx).await?;
+    for doc in loads {
+        let Some(to_hub) = out.loaded_to.upgrade() else {
+            break;
+        };
+        let store = out.store.clone();
+        let actor = core.actor().clone();
+        tokio::spawn(async move {
+            let loaded = super::persist::load(&store, doc, actor).await;
+            let _ = to_hub.send(ToHub::Loaded(doc, Box::new(loaded))).await;
+        });
+    }
+    Ok(())
+}
+
+async fn perform_one(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result<(), ServeError> {
     let Relay {
         store,
         known,
         outboxes,
         deferred,
+        ..
     } = out;
     // Durable first: nothing is relayed before it is on disk. A commit that fails stops
     // the hub: what is not durable must not be relayed or acknowledged.
