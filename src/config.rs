@@ -21,6 +21,13 @@
 //! agent = "lead"
 //! role = "lead"
 //! lists = { "swarm-42" = "observer" }  # per-list roles override `role`
+//!
+//! [limits]                      # each absent: the named constant of `hub::server`
+//! join_timeout_ms = 10000       # JOIN_TIMEOUT
+//! connections_per_address_max = 4096   # CONNECTIONS_PER_ADDRESS_MAX
+//! connections_per_token_max = 256      # CONNECTIONS_PER_TOKEN_MAX
+//! list_creations_burst = 100           # hub::core::LIST_CREATIONS_BURST
+//! list_creations_per_minute = 60       # hub::core::LIST_CREATIONS_PER_MINUTE
 //! ```
 //!
 //! A token's agent and role are vouched for by the hub: the changes a connection
@@ -61,6 +68,25 @@ pub struct Config {
     /// Access tokens; none: no authentication (loopback only).
     #[serde(default)]
     pub tokens: Vec<TokenConfig>,
+    /// Bounds on connections and lists.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+/// `[limits]`: each absent key keeps its named constant.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// `JOIN_TIMEOUT`, in milliseconds.
+    pub join_timeout_ms: Option<u64>,
+    /// `CONNECTIONS_PER_ADDRESS_MAX`.
+    pub connections_per_address_max: Option<usize>,
+    /// `CONNECTIONS_PER_TOKEN_MAX`.
+    pub connections_per_token_max: Option<usize>,
+    /// `LIST_CREATIONS_BURST`.
+    pub list_creations_burst: Option<u32>,
+    /// `LIST_CREATIONS_PER_MINUTE`.
+    pub list_creations_per_minute: Option<u32>,
 }
 
 /// `[policy]`: per rule, `report` or `repair` (absent: the default policy's).
@@ -216,7 +242,47 @@ impl Config {
                 return Err(format!("tokens[{i}].token: listed twice"));
             }
         }
+        let l = &config.limits;
+        if l.join_timeout_ms == Some(0) {
+            return Err("limits.join_timeout_ms: must be at least 1".to_owned());
+        }
+        if l.connections_per_address_max == Some(0) {
+            return Err("limits.connections_per_address_max: must be at least 1".to_owned());
+        }
+        if l.list_creations_burst == Some(0) {
+            return Err("limits.list_creations_burst: must be at least 1".to_owned());
+        }
+        if l.connections_per_token_max == Some(0) {
+            return Err("limits.connections_per_token_max: must be at least 1".to_owned());
+        }
         Ok(config)
+    }
+
+    /// The bounds on connections.
+    pub fn conn_limits(&self) -> crate::hub::server::ConnLimits {
+        let mut l = crate::hub::server::ConnLimits::default();
+        let c = &self.limits;
+        if let Some(ms) = c.join_timeout_ms {
+            l.join_timeout = std::time::Duration::from_millis(ms);
+        }
+        if let Some(n) = c.connections_per_address_max {
+            l.per_address_max = n;
+        }
+        if let Some(n) = c.connections_per_token_max {
+            l.per_token_max = n;
+        }
+        l
+    }
+
+    /// List creations per identity: burst and per minute.
+    pub fn list_creations(&self) -> (u32, u32) {
+        let c = &self.limits;
+        (
+            c.list_creations_burst
+                .unwrap_or(crate::hub::core::LIST_CREATIONS_BURST),
+            c.list_creations_per_minute
+                .unwrap_or(crate::hub::core::LIST_CREATIONS_PER_MINUTE),
+        )
     }
 
     /// The authority's policy.

@@ -31,7 +31,7 @@ enum Command {
         /// SQLite file (created on first run). Default ./swarmtodo.db.
         #[arg(long, env = "SWARMTODO_DATA")]
         data: Option<PathBuf>,
-        /// Configuration file (TOML: listen, data, log, policy, roles, tokens; see
+        /// Configuration file (TOML: listen, data, log, policy, roles, tokens, limits; see
         /// `swarmtodo::config`).
         #[arg(long, env = "SWARMTODO_CONFIG")]
         config: Option<PathBuf>,
@@ -309,6 +309,7 @@ fn serve(
     let mut hub_config = swarmtodo::hub::core::HubConfig::new(automerge::ActorId::random());
     hub_config.policy = config.policy();
     hub_config.roles = config.roles();
+    hub_config.list_creations = config.list_creations();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -317,7 +318,8 @@ fn serve(
         let hub = swarmtodo::hub::Hub::open_with(&data, hub_config)
             .await
             .with_context(|| format!("opening {}", data.display()))?
-            .with_access(access);
+            .with_access(access)
+            .with_limits(config.conn_limits());
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("listening on {listen}"))?;

@@ -8,7 +8,7 @@ mod common;
 use automerge::{sync, ActorId, ReadDoc};
 use common::{actor, list_with_history, patch, status, task, upsert, write};
 use swarmtodo::hub::core::{
-    ConnId, Effects, HubConfig, HubCore, Input, CHANGE_WORK_UNITS, FANOUT_DEFER_MAX_MS,
+    ConnId, Effects, HubConfig, HubCore, Input, StoredList, CHANGE_WORK_UNITS, FANOUT_DEFER_MAX_MS,
     FANOUT_HOLD_HEARD_MAX_MS, FANOUT_UNACKED_MAX,
 };
 use swarmtodo::hub::wire::{self, DocumentId, PeerId, WireMessage};
@@ -28,6 +28,8 @@ struct Hub {
     core: HubCore,
     id: PeerId,
     doc: DocumentId,
+    /// The list as a store would hold it: loaded, then every commit.
+    store: automerge::Automerge,
 }
 
 impl Hub {
@@ -43,7 +45,43 @@ impl Hub {
         let mut core = HubCore::new(config);
         let doc = swarmtodo::client::list_document_id("core");
         core.load_doc(doc, list.doc().clone(), Vec::new());
-        Hub { core, id, doc }
+        let store = list.doc().clone();
+        Hub {
+            core,
+            id,
+            doc,
+            store,
+        }
+    }
+
+    /// What a runtime does with `fx`: its commits go to the store, and a list the core
+    /// dropped from memory (its last peer left) is loaded back from it; the effects of
+    /// the frames that waited for it are added to `fx`.
+    fn performed(&mut self, now_ms: i64, mut fx: Effects) -> Effects {
+        for commit in &fx.commits {
+            self.store
+                .apply_changes(commit.changes.iter().cloned())
+                .unwrap();
+        }
+        for doc in std::mem::take(&mut fx.loads) {
+            let loaded = self.core.loaded(
+                now_ms,
+                doc,
+                Some(StoredList {
+                    list: TodoList::from_doc(
+                        self.store.clone().with_actor(self.core.actor().clone()),
+                    ),
+                    reported: Vec::new(),
+                    since_compaction: 0,
+                }),
+            );
+            let more = self.performed(now_ms, loaded);
+            fx.commits.extend(more.commits);
+            fx.compactions.extend(more.compactions);
+            fx.sends.extend(more.sends);
+            fx.closes.extend(more.closes);
+        }
+        fx
     }
 
     fn join(&mut self, conn: u64, now_ms: i64) -> ConnId {
@@ -65,7 +103,8 @@ impl Hub {
             document_id: self.doc,
             data,
         });
-        self.core.handle(now_ms, Input::Frame(c, f))
+        let fx = self.core.handle(now_ms, Input::Frame(c, f));
+        self.performed(now_ms, fx)
     }
 
     fn counters(&self) -> swarmtodo::model::sync::SyncCounters {
@@ -753,6 +792,7 @@ fn creators_syncing_at_once_converge_under_any_interleaving_and_batching() {
             core: HubCore::new(config),
             id,
             doc: swarmtodo::client::list_document_id("created-at-once"),
+            store: automerge::Automerge::new(),
         };
         let creators = 2 + rng.below(2);
         let mut agents: Vec<Agent> = (1..=creators as u64)

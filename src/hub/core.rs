@@ -26,8 +26,27 @@ use crate::proto::{EventBody, TaskChange};
 pub const PROTOCOL_VERSION: &str = "1";
 /// Most documents one connection may sync at once.
 pub const DOCS_PER_CONN_MAX: usize = 1_024;
-/// Most lists one hub holds.
+/// Most lists one hub has, stored or being created: a creation past it is refused with
+/// `docs_limit` (the store and the hub's set of list ids grow with it).
 pub const DOCS_MAX: usize = 100_000;
+/// Lists one identity (a token's agent; without a token, a remote address) may create
+/// at once, before [`LIST_CREATIONS_PER_MINUTE`] paces it: a list in memory costs the
+/// hub tens of KiB even empty, and the per-connection bound ([`DOCS_PER_CONN_MAX`])
+/// starts over with each connection. A creation past it is refused with
+/// `list_creation_rate`. A swarm creates a few lists per task, not hundreds a minute.
+pub const LIST_CREATIONS_BURST: u32 = 100;
+/// Lists one identity may create per minute once its burst is spent (see
+/// [`LIST_CREATIONS_BURST`]).
+pub const LIST_CREATIONS_PER_MINUTE: u32 = 60;
+/// Identities whose creation budget the hub remembers; past it, those whose budget is
+/// full again are forgotten (a full budget is what a new identity gets).
+const CREATORS_KEPT_MAX: usize = 10_000;
+/// Bytes of frames that may wait for one list to be loaded from the store (its peers'
+/// first requests, and what they send meanwhile): a load of a long list takes a while,
+/// and what waits is held in memory. A frame past it closes its connection with 1013
+/// `list_loading` (reconnect in a moment). Requests are small: hundreds of peers
+/// coming back at once fit.
+pub const LOAD_WAITING_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Incremental changes stored for a list before the hub compacts it into a snapshot
 /// (loading then costs one snapshot plus at most this many changes), or
 /// [`COMPACT_AFTER_GROWTH_PERCENT`] of its changes if that is more.
@@ -119,6 +138,9 @@ pub enum Input {
     Frame(ConnId, Vec<u8>),
     /// The connection is gone.
     Disconnected(ConnId),
+    /// The connection comes from this remote address (the identity its list creations
+    /// are counted under when it has no token).
+    Address(ConnId, std::net::IpAddr),
 }
 
 /// The `session_id` of the `ephemeral` messages that carry the hub's events (the data
@@ -165,6 +187,10 @@ pub struct Effects {
     /// Lists to reload from the store (their in-memory state was dropped) before the
     /// next input.
     pub reloads: Vec<DocumentId>,
+    /// Stored lists a peer asked for that are not in memory: the runtime loads each
+    /// from the store (after this batch's commits) and hands it to
+    /// [`HubCore::loaded`], which handles the frames that waited for it.
+    pub loads: Vec<DocumentId>,
     /// Frames to send.
     pub sends: Vec<(ConnId, Vec<u8>)>,
     /// Frames the runtime may drop instead of queueing them for a peer that is behind:
@@ -174,6 +200,20 @@ pub struct Effects {
     pub relays: Vec<(ConnId, Vec<u8>)>,
     /// Connections to close (after their pending sends).
     pub closes: Vec<(ConnId, Close)>,
+}
+
+/// A list as the runtime loaded it from the store for [`Effects::loads`].
+#[derive(Debug)]
+pub struct StoredList {
+    /// The list, rebuilt and indexed (off the hub's task: a whole-list pass), writing
+    /// as the hub's actor ([`HubCore::actor`]).
+    pub list: TodoList,
+    /// The authority's reported keys.
+    pub reported: Vec<String>,
+    /// Changes stored since its last snapshot (the count towards the next compaction
+    /// goes on from there: a list loaded and dropped again and again is compacted all
+    /// the same).
+    pub since_compaction: usize,
 }
 
 /// Configuration of the core.
@@ -194,6 +234,9 @@ pub struct HubConfig {
     /// History work budget per connection: burst and units per second (see
     /// [`SYNC_WORK_BURST`]).
     pub sync_work: (i64, i64),
+    /// List creations per identity: burst and per minute (see
+    /// [`LIST_CREATIONS_BURST`]).
+    pub list_creations: (u32, u32),
 }
 
 #[derive(Debug)]
@@ -215,6 +258,8 @@ struct Conn {
     identity: Option<Identity>,
     /// What it may still have relayed (see [`EPHEMERAL_BYTES_PER_SECOND`]).
     relay: RelayBudget,
+    /// Where it comes from, when the runtime said.
+    address: Option<std::net::IpAddr>,
 }
 
 /// What [`RelayBudget::take`] decides for one `ephemeral` message.
@@ -286,6 +331,57 @@ struct Forged {
     actor: ActorId,
     /// Whose it is, for the message ("agent \"lead\"", "the hub").
     owner: String,
+}
+
+/// Whom a list creation is counted against (see [`LIST_CREATIONS_BURST`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Creator {
+    /// A token's agent.
+    Agent(String),
+    /// A connection without a token, by its remote address.
+    Address(std::net::IpAddr),
+    /// A connection the runtime said nothing about (the simulation).
+    Unknown,
+}
+
+/// A token bucket of list creations (see [`LIST_CREATIONS_BURST`]), in 1/60,000ths
+/// of a creation so that a refill per millisecond is exact.
+#[derive(Debug)]
+struct CreationBudget {
+    scaled: u64,
+    at_ms: i64,
+}
+
+impl CreationBudget {
+    const SCALE: u64 = 60_000;
+
+    fn full((burst, _): (u32, u32), now_ms: i64) -> CreationBudget {
+        CreationBudget {
+            scaled: u64::from(burst) * Self::SCALE,
+            at_ms: now_ms,
+        }
+    }
+
+    fn refill(&mut self, now_ms: i64, (burst, per_minute): (u32, u32)) -> bool {
+        let elapsed = u64::try_from(now_ms.saturating_sub(self.at_ms)).unwrap_or(0);
+        let cap = u64::from(burst) * Self::SCALE;
+        self.scaled = self
+            .scaled
+            .saturating_add(elapsed.saturating_mul(u64::from(per_minute)))
+            .min(cap);
+        self.at_ms = self.at_ms.max(now_ms);
+        self.scaled >= cap
+    }
+
+    /// Takes one creation; false when none is left.
+    fn take(&mut self, now_ms: i64, limits: (u32, u32)) -> bool {
+        self.refill(now_ms, limits);
+        if self.scaled < Self::SCALE {
+            return false;
+        }
+        self.scaled -= Self::SCALE;
+        true
+    }
 }
 
 /// A token bucket of history work (see [`SYNC_WORK_BURST`]).
@@ -383,7 +479,19 @@ pub struct HubCore {
     /// holds (an actor is bound only once a change of it is applied or waits for its
     /// dependencies).
     actors: BTreeMap<ActorId, Arc<Identity>>,
+    /// Every list in the store (or committed in effects not performed yet). A list is
+    /// in memory (`docs`) only while a peer syncs it: when its last peer leaves it is
+    /// dropped, and loaded again (`Effects::loads`) when a peer asks for it.
+    stored: BTreeSet<DocumentId>,
+    /// Frames waiting for their stored list to be loaded, in the order they came, and
+    /// their bytes (at most [`LOAD_WAITING_BYTES_MAX`]).
+    waiting: BTreeMap<DocumentId, Waiting>,
+    /// List creations left per identity.
+    creators: BTreeMap<Creator, CreationBudget>,
 }
+
+/// Frames waiting for a list to load (connection, bytes), and their bytes in all.
+type Waiting = (Vec<(ConnId, Vec<u8>)>, usize);
 
 /// How long a busy hub may hold a list's news for its other peers to send it with a
 /// later batch's (see [`HubCore::handle_batch_deferring`]).
@@ -467,12 +575,71 @@ impl HubCore {
             owed: BTreeMap::new(),
             news: BTreeMap::new(),
             actors: BTreeMap::new(),
+            stored: BTreeSet::new(),
+            waiting: BTreeMap::new(),
+            creators: BTreeMap::new(),
         }
+    }
+
+    /// Tells the core which lists the store holds (at start: they are loaded when a
+    /// peer asks for them).
+    pub fn set_stored(&mut self, ids: impl IntoIterator<Item = DocumentId>) {
+        self.stored.extend(ids);
+    }
+
+    /// Lists in the store (or committed by effects handed out).
+    pub fn stored_count(&self) -> usize {
+        self.stored.len()
+    }
+
+    /// Lists in memory (those some peer syncs).
+    pub fn doc_count(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// A list the runtime loaded for [`Effects::loads`] (`None`: the store has nothing
+    /// for it), with the authority's reported keys; handles the frames that waited for
+    /// it and returns what they cause.
+    pub fn loaded(&mut self, now_ms: i64, id: DocumentId, loaded: Option<StoredList>) -> Effects {
+        match loaded {
+            Some(l) if !self.docs.contains_key(&id) => {
+                self.insert_list(id, l.list, l.reported);
+                if let Some(d) = self.docs.get_mut(&id) {
+                    d.since_compaction = l.since_compaction;
+                }
+            }
+            Some(_) => {}
+            None => {
+                self.stored.remove(&id);
+            }
+        }
+        let mut fx = Effects::default();
+        for (c, bytes) in self.waiting.remove(&id).unwrap_or_default().0 {
+            self.frame(now_ms, c, &bytes, &mut fx);
+        }
+        self.answer(now_ms, false, &mut fx);
+        // The peers that asked for it may have left while it loaded: then nobody syncs
+        // it, and it leaves memory again.
+        if self.docs.get(&id).is_some_and(|d| d.peers.is_empty()) {
+            self.docs.remove(&id);
+            self.news.remove(&id);
+        }
+        fx
     }
 
     /// Adds a list loaded from the store, with the authority's reported keys.
     pub fn load_doc(&mut self, id: DocumentId, doc: Automerge, reported: Vec<String>) {
         let list = TodoList::from_doc(doc.with_actor(self.config.actor.clone()));
+        self.insert_list(id, list, reported);
+    }
+
+    /// The actor of the hub's own changes (a list loaded for it writes as this).
+    pub fn actor(&self) -> &ActorId {
+        &self.config.actor
+    }
+
+    fn insert_list(&mut self, id: DocumentId, list: TodoList, reported: Vec<String>) {
+        self.stored.insert(id);
         let authority = self.authority().with_reported(reported);
         let changes_at_rebuild = change_count(&list);
         self.docs.insert(
@@ -581,8 +748,14 @@ impl HubCore {
                         work: WorkBudget::new(now_ms, self.config.sync_work),
                         identity: None,
                         relay: RelayBudget::new(now_ms),
+                        address: None,
                     },
                 );
+            }
+            Input::Address(c, address) => {
+                if let Some(conn) = self.conns.get_mut(&c) {
+                    conn.address = Some(address);
+                }
             }
             Input::Identified(c, who) => {
                 if let Some(conn) = self.conns.get_mut(&c) {
@@ -601,11 +774,19 @@ impl HubCore {
         self.drop_conn(c);
     }
 
+    /// Forgets a connection; a list it was the last peer of leaves memory (what it
+    /// holds is in the store, or in this batch's commits, performed before any load; an
+    /// empty list a peer only named was never stored and is gone).
     fn drop_conn(&mut self, c: ConnId) {
         if let Some(conn) = self.conns.remove(&c) {
             for d in conn.docs {
                 if let Some(doc) = self.docs.get_mut(&d) {
                     doc.peers.remove(&c);
+                    if doc.peers.is_empty() {
+                        self.docs.remove(&d);
+                        self.news.remove(&d);
+                        tracing::debug!(doc = %d, in_memory = self.docs.len(), "list out of memory: no peer syncs it");
+                    }
                 }
             }
         }
@@ -696,6 +877,37 @@ impl HubCore {
                 ),
                 fx,
             );
+        }
+        // A frame for a stored list not in memory waits for it to load (a sync or
+        // request starts the load; an ephemeral message is only relayed to the list's
+        // peers, so it waits only behind a load under way, to keep its order).
+        let target = match &msg {
+            WireMessage::Request { document_id, .. } | WireMessage::Sync { document_id, .. } => {
+                Some((*document_id, true))
+            }
+            WireMessage::Ephemeral { document_id, .. } => Some((*document_id, false)),
+            _ => None,
+        };
+        if let Some((doc, syncs)) = target {
+            let loading = self.waiting.contains_key(&doc);
+            if !self.docs.contains_key(&doc) && (loading || syncs && self.stored.contains(&doc)) {
+                let waiting = self.waiting.entry(doc).or_default();
+                if waiting.0.is_empty() {
+                    fx.loads.push(doc);
+                }
+                if waiting.1 + bytes.len() > LOAD_WAITING_BYTES_MAX {
+                    return self.fail(
+                        c,
+                        1013,
+                        "list_loading",
+                        "the list is being loaded and too much waits for it already: reconnect in a moment".to_owned(),
+                        fx,
+                    );
+                }
+                waiting.1 += bytes.len();
+                waiting.0.push((c, bytes.to_vec()));
+                return;
+            }
         }
         match msg {
             WireMessage::Request {
@@ -875,12 +1087,38 @@ impl HubCore {
                 }
                 return;
             }
-            if self.docs.len() >= DOCS_MAX {
+            let fresh = self
+                .docs
+                .keys()
+                .filter(|d| !self.stored.contains(d))
+                .count();
+            if self.stored.len() + fresh >= DOCS_MAX {
                 return self.fail(
                     c,
                     1008,
                     "docs_limit",
-                    format!("the hub holds {DOCS_MAX} lists already"),
+                    format!("the hub has {DOCS_MAX} lists already: sync an existing list, or ask the hub's operator for room"),
+                    fx,
+                );
+            }
+            if let Some(conn) = self.conns.get(&c) {
+                if !conn.docs.contains(&doc_id) && conn.docs.len() >= DOCS_PER_CONN_MAX {
+                    return self.fail(
+                        c,
+                        1008,
+                        "docs_per_conn_limit",
+                        format!("one connection may sync {DOCS_PER_CONN_MAX} lists at most"),
+                        fx,
+                    );
+                }
+            }
+            if !self.take_creation(now_ms, c) {
+                let (burst, per_minute) = self.config.list_creations;
+                return self.fail(
+                    c,
+                    1008,
+                    "list_creation_rate",
+                    format!("too many new lists: {burst} at once, then {per_minute} a minute per token (or address without one); wait before creating more, or sync lists that exist"),
                     fx,
                 );
             }
@@ -1084,6 +1322,7 @@ impl HubCore {
             }
             tracing::debug!(doc = %doc_id, changes = commit.changes.len(), events = commit.events.len(), "merged");
             doc.since_compaction += commit.changes.len();
+            self.stored.insert(doc_id);
             fx.commits.push(commit);
             let compact_after = COMPACT_AFTER_CHANGES
                 .max(change_count(&doc.list) * COMPACT_AFTER_GROWTH_PERCENT / 100);
@@ -1423,6 +1662,29 @@ impl HubCore {
         };
         self.drop_list(doc_id, None, &refused, fx);
         peers
+    }
+
+    /// Takes one list creation from the budget of connection `c`'s identity (see
+    /// [`LIST_CREATIONS_BURST`]); false when it is spent.
+    fn take_creation(&mut self, now_ms: i64, c: ConnId) -> bool {
+        let creator = match self.conns.get(&c) {
+            Some(Conn {
+                identity: Some(who),
+                ..
+            }) => Creator::Agent(who.agent.clone()),
+            Some(Conn {
+                address: Some(a), ..
+            }) => Creator::Address(*a),
+            _ => Creator::Unknown,
+        };
+        let limits = self.config.list_creations;
+        if self.creators.len() >= CREATORS_KEPT_MAX && !self.creators.contains_key(&creator) {
+            self.creators.retain(|_, b| !b.refill(now_ms, limits));
+        }
+        self.creators
+            .entry(creator)
+            .or_insert_with(|| CreationBudget::full(limits, now_ms))
+            .take(now_ms, limits)
     }
 
     /// Runs the authority on a merge, applies its repair, and gathers what to persist.

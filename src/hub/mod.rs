@@ -28,17 +28,20 @@ use crate::store::{Store, StoreError};
 /// The agent id the hub's repairs are recorded under.
 pub const HUB_AGENT: &str = "swarmtodo-hub";
 
-/// A hub ready to serve: its store opened and its lists loaded.
+/// A hub ready to serve: its store opened and its lists known (each is loaded when a
+/// peer asks for it).
 #[derive(Debug)]
 pub struct Hub {
     core: HubCore,
     store: Store,
     known: BTreeSet<DocumentId>,
     access: server::Access,
+    limits: server::ConnLimits,
 }
 
 impl Hub {
-    /// Opens (or creates) the SQLite file at `path` and loads every list in it.
+    /// Opens (or creates) the SQLite file at `path`; its lists are loaded when a peer
+    /// asks for them.
     pub async fn open(path: &Path) -> Result<Hub, StoreError> {
         let store = Store::open(path.to_path_buf()).await?;
         Hub::with_store(store, HubConfig::new(ActorId::random())).await
@@ -53,18 +56,25 @@ impl Hub {
     /// A hub on an opened store with the given core configuration.
     pub async fn with_store(store: Store, config: HubConfig) -> Result<Hub, StoreError> {
         let mut core = HubCore::new(config);
-        let known = persist::load_all(&store, &mut core).await?;
+        let known = persist::stored(&store, &mut core).await?;
         Ok(Hub {
             core,
             store,
             known,
             access: server::Access::Open,
+            limits: server::ConnLimits::default(),
         })
     }
 
     /// Who may connect (default: anyone who reaches the socket).
     pub fn with_access(mut self, access: server::Access) -> Hub {
         self.access = access;
+        self
+    }
+
+    /// The bounds on connections (default: the named constants of [`server`]).
+    pub fn with_limits(mut self, limits: server::ConnLimits) -> Hub {
+        self.limits = limits;
         self
     }
 
@@ -80,6 +90,7 @@ impl Hub {
             self.store,
             self.known,
             self.access,
+            self.limits,
             shutdown,
         )
         .await
@@ -99,6 +110,7 @@ impl HubConfig {
             roles: Roles::default(),
             sync_limits: syncmsg::Limits::default(),
             sync_work: (core::SYNC_WORK_BURST, core::SYNC_WORK_PER_SECOND),
+            list_creations: (core::LIST_CREATIONS_BURST, core::LIST_CREATIONS_PER_MINUTE),
         }
     }
 }

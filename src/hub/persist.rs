@@ -2,10 +2,11 @@
 
 use std::collections::BTreeSet;
 
-use automerge::Automerge;
+use automerge::ActorId;
 
-use super::core::{Commit, HubCore};
+use super::core::{Commit, HubCore, StoredList};
 use super::wire::DocumentId;
+use crate::model::TodoList;
 use crate::store::{Batch, ChangeRecord, Db, DocId, NewEvent, Store, StoreError};
 
 /// The store's id of a document.
@@ -112,18 +113,36 @@ pub(crate) fn commit_sync(
     Ok(())
 }
 
-/// [`load_all`] from a synchronous [`Db`].
-pub(crate) fn load_all_sync(
-    db: &Db,
-    core: &mut HubCore,
-) -> Result<BTreeSet<DocumentId>, StoreError> {
-    let mut known = BTreeSet::new();
-    for doc in db.list_docs()? {
-        let id = DocumentId::from_bytes(doc.0);
-        known.insert(id);
-        reload_sync(db, core, id)?;
-    }
+/// The lists of a synchronous [`Db`], told to the core (which loads each when a peer
+/// asks for it: [`load_sync`]).
+pub(crate) fn stored_sync(db: &Db, core: &mut HubCore) -> Result<BTreeSet<DocumentId>, StoreError> {
+    let known: BTreeSet<DocumentId> = db
+        .list_docs()?
+        .into_iter()
+        .map(|d| DocumentId::from_bytes(d.0))
+        .collect();
+    core.set_stored(known.iter().copied());
     Ok(known)
+}
+
+/// [`load`] from a synchronous [`Db`].
+pub(crate) fn load_sync(
+    db: &Db,
+    id: DocumentId,
+    actor: ActorId,
+) -> Result<Option<StoredList>, StoreError> {
+    let doc = doc_id(&id);
+    let loaded = match db.load(doc) {
+        Ok(Some(l)) => l,
+        Ok(None) | Err(StoreError::UnknownList(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let since_compaction = loaded.changes.len();
+    Ok(Some(StoredList {
+        list: TodoList::from_doc(loaded.rebuild()?.with_actor(actor)),
+        reported: db.reported(doc)?,
+        since_compaction,
+    }))
 }
 
 /// [`reload`] from a synchronous [`Db`].
@@ -138,28 +157,51 @@ pub(crate) fn reload_sync(db: &Db, core: &mut HubCore, id: DocumentId) -> Result
     Ok(())
 }
 
-/// Loads every stored list into the core. Returns the ids loaded.
-pub(crate) async fn load_all(
+/// The stored lists, told to the core (which loads each when a peer asks for it:
+/// [`load`]). Returns their ids.
+pub(crate) async fn stored(
     store: &Store,
     core: &mut HubCore,
 ) -> Result<BTreeSet<DocumentId>, StoreError> {
-    let mut known = BTreeSet::new();
-    for doc in store.list_docs().await? {
-        let id = DocumentId::from_bytes(doc.0);
-        known.insert(id);
-        let Some(loaded) = store.load(doc).await? else {
-            continue;
-        };
-        // Rebuilding costs the document's size: off the runtime.
-        let rebuilt: Result<Automerge, StoreError> =
-            tokio::task::spawn_blocking(move || loaded.rebuild())
-                .await
-                .map_err(|_| StoreError::Closed)?;
-        let reported = store.reported(doc).await?;
-        core.load_doc(id, rebuilt?, reported);
-        tracing::info!(doc = %id, "list loaded");
-    }
+    let known: BTreeSet<DocumentId> = store
+        .list_docs()
+        .await?
+        .into_iter()
+        .map(|d| DocumentId::from_bytes(d.0))
+        .collect();
+    core.set_stored(known.iter().copied());
+    tracing::info!(lists = known.len(), "lists stored (loaded when asked for)");
     Ok(known)
+}
+
+/// One list from the store, rebuilt (off the runtime), with the authority's reported
+/// keys; `None` when nothing is stored for it.
+pub(crate) async fn load(
+    store: &Store,
+    id: DocumentId,
+    actor: ActorId,
+) -> Result<Option<StoredList>, StoreError> {
+    let doc = doc_id(&id);
+    let loaded = match store.load(doc).await {
+        Ok(Some(l)) => l,
+        Ok(None) | Err(StoreError::UnknownList(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let since_compaction = loaded.changes.len();
+    // Rebuilding and indexing cost the document's size: off the runtime.
+    let list = tokio::task::spawn_blocking(move || {
+        loaded
+            .rebuild()
+            .map(|doc| TodoList::from_doc(doc.with_actor(actor)))
+    })
+    .await
+    .map_err(|_| StoreError::Closed)??;
+    let reported = store.reported(doc).await?;
+    Ok(Some(StoredList {
+        list,
+        reported,
+        since_compaction,
+    }))
 }
 
 /// Reloads one list from the store into the core (after its in-memory state was

@@ -63,6 +63,21 @@ pub const WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection that sends nothing for this long is closed (clients ping).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// A connection whose WebSocket upgrade is done must send `join` (its first message)
+/// within this, or it is closed with `join_timeout`: an upgraded connection that never
+/// joins costs a connection slot, a socket and two tasks, and without a bound a peer
+/// could hold every slot (`CONNECTIONS_MAX`) with upgrades that never join. Clients
+/// join as soon as the upgrade is done.
+pub const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections open at once from one remote IP address (upgrades in progress
+/// included). One address cannot hold every slot (`CONNECTIONS_MAX`) and lock the
+/// others out. Above what one machine's swarm opens: the live 1,000-agent simulation and
+/// the side-by-side bench open about 1,000 loopback connections at once.
+pub const CONNECTIONS_PER_ADDRESS_MAX: usize = 4_096;
+/// Most connections open at once with one token (one agent: its sessions, each syncing
+/// any number of lists over one connection). A leaked or hostile token cannot hold
+/// every slot.
+pub const CONNECTIONS_PER_TOKEN_MAX: usize = 256;
 /// How long a closing connection may take to flush its last frames and close.
 pub const CLOSE_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long shutdown waits for queued work and peers to leave.
@@ -75,16 +90,85 @@ pub const FRAMES_BURST_MAX: u32 = 2_000;
 const _: () = assert!(FRAME_BYTES_MAX <= MESSAGE_BYTES_MAX);
 const _: () = assert!(WRITE_BUFFER_BYTES < WRITE_BUFFER_BYTES_MAX);
 
+/// The bounds on connections, configurable (`[limits]` of the `serve --config` file)
+/// so that tests can use small ones; the defaults are the named constants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// See [`JOIN_TIMEOUT`].
+    pub join_timeout: Duration,
+    /// See [`CONNECTIONS_PER_ADDRESS_MAX`].
+    pub per_address_max: usize,
+    /// See [`CONNECTIONS_PER_TOKEN_MAX`].
+    pub per_token_max: usize,
+}
+
+impl Default for ConnLimits {
+    fn default() -> ConnLimits {
+        ConnLimits {
+            join_timeout: JOIN_TIMEOUT,
+            per_address_max: CONNECTIONS_PER_ADDRESS_MAX,
+            per_token_max: CONNECTIONS_PER_TOKEN_MAX,
+        }
+    }
+}
+
+/// Open connections per key (a remote address, a token).
+type Counts<K> = Arc<std::sync::Mutex<std::collections::HashMap<K, usize>>>;
+
+/// One connection counted under its key while it lives (released when dropped).
+struct Slot<K: std::hash::Hash + Eq + Clone> {
+    counts: Counts<K>,
+    key: K,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Slot<K> {
+    /// Counts one more connection under `key`, unless `max` are open already.
+    fn take(counts: &Counts<K>, key: K, max: usize) -> Option<Slot<K>> {
+        let mut map = counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(key.clone()).or_insert(0);
+        if *n >= max {
+            if *n == 0 {
+                map.remove(&key);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            counts: counts.clone(),
+            key,
+        })
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Drop for Slot<K> {
+    fn drop(&mut self) {
+        let mut map = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// What the hub task receives.
 #[derive(Debug)]
 enum ToHub {
-    /// A connection opened, with its outbox and who its token says it is.
-    Open(ConnId, Outbox, Option<Identity>),
+    /// A connection opened, with its outbox, who its token says it is and where it
+    /// comes from.
+    Open(ConnId, Outbox, Option<Identity>, std::net::IpAddr),
     /// An input for the core.
     Input(Input),
     /// Close a connection for a reason found outside the core (rate, size, idleness):
     /// an `error` message, then the close frame.
     Kick(ConnId, Close),
+    /// A list the core asked for (`Effects::loads`), loaded from the store by a task of
+    /// its own (the hub task goes on meanwhile; the frames for it wait in the core).
+    Loaded(
+        DocumentId,
+        Box<Result<Option<super::core::StoredList>, crate::store::StoreError>>,
+    ),
     /// Stop: everything queued before this is handled (and committed) first; then every
     /// peer is closed with 1001.
     Shutdown,
@@ -174,11 +258,15 @@ pub async fn run(
     store: Store,
     known: BTreeSet<DocumentId>,
     access: Access,
+    limits: ConnLimits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let access = Arc::new(access);
+    let limits = Arc::new(limits);
+    let per_address: Counts<std::net::IpAddr> = Counts::default();
+    let per_token: Counts<String> = Counts::default();
     let (to_hub, hub_rx) = mpsc::channel::<ToHub>(HUB_QUEUE_MAX);
-    let mut hub = tokio::spawn(hub_task(core, store, known, hub_rx));
+    let mut hub = tokio::spawn(hub_task(core, store, known, hub_rx, to_hub.downgrade()));
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut next_conn = 0u64;
     tokio::pin!(shutdown);
@@ -207,11 +295,23 @@ pub async fn run(
                 };
                 next_conn += 1;
                 let id = ConnId(next_conn);
-                let to_hub = to_hub.clone();
-                let access = access.clone();
+                // Over its address's bound, the upgrade is refused (HTTP 429, with the
+                // reason) as soon as its request is read.
+                let from = Slot::take(&per_address, addr.ip(), limits.per_address_max);
+                if from.is_none() {
+                    tracing::info!(%addr, "connections per address reached; refusing");
+                }
+                let conn = Conn {
+                    id,
+                    address: addr.ip(),
+                    to_hub: to_hub.clone(),
+                    access: access.clone(),
+                    limits: limits.clone(),
+                    per_token: per_token.clone(),
+                };
                 tokio::spawn(async move {
                     let _permit = permit;
-                    serve_conn(id, stream, to_hub, &access).await;
+                    serve_conn(conn, stream, from).await;
                 });
             }
         }
@@ -242,8 +342,9 @@ pub enum Access {
 }
 
 impl Access {
-    /// The identity for a WebSocket upgrade request's URI, or the HTTP refusal.
-    fn admit(&self, uri: &http::Uri) -> Result<Option<Identity>, &'static str> {
+    /// The token and identity for a WebSocket upgrade request's URI, or the HTTP
+    /// refusal.
+    fn admit(&self, uri: &http::Uri) -> Result<Option<(String, Identity)>, &'static str> {
         let Access::Tokens(tokens) = self else {
             return Ok(None);
         };
@@ -256,28 +357,87 @@ impl Access {
             None => Err("this hub needs a token: connect to ws://HOST:PORT/?token=YOUR_TOKEN"),
             Some(t) => tokens
                 .get(t)
-                .cloned()
-                .map(Some)
+                .map(|who| Some((t.to_owned(), who.clone())))
                 .ok_or("unknown token: ask the hub's operator for yours"),
         }
     }
 }
 
-async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>, access: &Access) {
+/// What a connection's task needs of the server.
+struct Conn {
+    id: ConnId,
+    address: std::net::IpAddr,
+    to_hub: mpsc::Sender<ToHub>,
+    access: Arc<Access>,
+    limits: Arc<ConnLimits>,
+    per_token: Counts<String>,
+}
+
+/// An HTTP refusal of a WebSocket upgrade: the status, and a body of a stable reason
+/// code, a colon and what to do.
+fn refusal(
+    status: http::StatusCode,
+    reason: &str,
+    message: &str,
+) -> http::Response<Option<String>> {
+    let mut refusal = http::Response::new(Some(format!("{reason}: {message}")));
+    *refusal.status_mut() = status;
+    refusal
+}
+
+/// Serves one connection; `from` is its place under its address's bound (none: over
+/// it, and the upgrade is refused).
+async fn serve_conn(conn: Conn, stream: TcpStream, from: Option<Slot<std::net::IpAddr>>) {
+    let Conn {
+        id,
+        address,
+        to_hub,
+        access,
+        limits,
+        per_token,
+    } = conn;
     let _ = stream.set_nodelay(true);
     let mut who = None;
+    let mut token_slot = None;
     // The signature is tungstenite's (`Callback`): its error is the HTTP response.
     #[allow(clippy::result_large_err)]
-    let admit = |req: &http::Request<()>, resp: http::Response<()>| match access.admit(req.uri()) {
-        Ok(identity) => {
-            who = identity;
-            Ok(resp)
+    let admit = |req: &http::Request<()>, resp: http::Response<()>| {
+        if from.is_none() {
+            let message = format!(
+                "the hub allows {} connections from one address at once, and yours has them open: close one, or reconnect later",
+                limits.per_address_max
+            );
+            return Err(refusal(
+                http::StatusCode::TOO_MANY_REQUESTS,
+                "connections_per_address",
+                &message,
+            ));
         }
-        Err(why) => {
-            tracing::info!(conn = id.0, why, "connection refused");
-            let mut refusal = http::Response::new(Some(why.to_owned()));
-            *refusal.status_mut() = http::StatusCode::UNAUTHORIZED;
-            Err(refusal)
+        match access.admit(req.uri()) {
+            Ok(None) => Ok(resp),
+            Ok(Some((token, identity))) => {
+                let Some(slot) = Slot::take(&per_token, token, limits.per_token_max) else {
+                    tracing::info!(conn = id.0, agent = %identity.agent, "connections per token reached; refusing");
+                    let message = format!(
+                        "the hub allows {} connections with one token at once, and yours has them open: close one, or reconnect later",
+                        limits.per_token_max
+                    );
+                    return Err(refusal(
+                        http::StatusCode::TOO_MANY_REQUESTS,
+                        "connections_per_token",
+                        &message,
+                    ));
+                };
+                token_slot = Some(slot);
+                who = Some(identity);
+                Ok(resp)
+            }
+            Err(why) => {
+                tracing::info!(conn = id.0, why, "connection refused");
+                let mut refusal = http::Response::new(Some(why.to_owned()));
+                *refusal.status_mut() = http::StatusCode::UNAUTHORIZED;
+                Err(refusal)
+            }
         }
     };
     let ws = match tokio::time::timeout(
@@ -296,6 +456,8 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>, 
             return;
         }
     };
+    // Counted under its address and token while it lives.
+    let _counted = (from, token_slot);
     let (mut sink, mut stream) = ws.split();
     let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(OUTBOX_FRAMES_MAX);
     let (close_tx, mut close_rx) = oneshot::channel::<Close>();
@@ -305,7 +467,11 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>, 
         close: close_tx,
         queued_bytes: queued_bytes.clone(),
     };
-    if to_hub.send(ToHub::Open(id, outbox, who)).await.is_err() {
+    if to_hub
+        .send(ToHub::Open(id, outbox, who, address))
+        .await
+        .is_err()
+    {
         return;
     }
     let mut writer = tokio::spawn(async move {
@@ -388,9 +554,18 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>, 
             },
         )
     };
+    // Until its first message (which must be `join`: anything else closes it in the
+    // core), the connection has JOIN_TIMEOUT from the upgrade; pings do not extend it.
+    let join_by = tokio::time::Instant::now() + limits.join_timeout;
+    let mut joining = true;
     loop {
+        let wait = if joining {
+            join_by.saturating_duration_since(tokio::time::Instant::now())
+        } else {
+            IDLE_TIMEOUT
+        };
         let next = tokio::select! {
-            next = tokio::time::timeout(IDLE_TIMEOUT, stream.next()) => next,
+            next = tokio::time::timeout(wait, stream.next()) => next,
             // The hub closed us (or the peer's socket failed): stop reading too, so the
             // socket and its buffers are released now, not at the idle timeout.
             _ = &mut writer => {
@@ -399,6 +574,20 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>, 
             }
         };
         let frame = match next {
+            Err(_) if joining => {
+                tracing::info!(conn = id.0, "join timeout");
+                let _ = to_hub
+                    .send(kick(
+                        1008,
+                        "join_timeout",
+                        format!(
+                            "no join within {} ms of the upgrade: send join as soon as the WebSocket is open",
+                            limits.join_timeout.as_millis()
+                        ),
+                    ))
+                    .await;
+                break;
+            }
             Err(_) => {
                 tracing::debug!(conn = id.0, "idle timeout");
                 let _ = to_hub
@@ -445,6 +634,9 @@ async fn serve_conn(id: ConnId, stream: TcpStream, to_hub: mpsc::Sender<ToHub>, 
             break;
         }
         tokens -= 1.0;
+        if matches!(frame, Message::Binary(_) | Message::Text(_)) {
+            joining = false;
+        }
         match frame {
             Message::Binary(b) => {
                 if to_hub
@@ -480,15 +672,19 @@ async fn hub_task(
     store: Store,
     known: BTreeSet<DocumentId>,
     mut rx: mpsc::Receiver<ToHub>,
+    loaded_to: mpsc::WeakSender<ToHub>,
 ) -> Result<(), ServeError> {
     let mut out = Relay {
         store,
         known,
         outboxes: BTreeMap::new(),
         deferred: DeferredEvents::default(),
+        loaded_to,
     };
     // A message taken from the queue while gathering a batch, handled next.
     let mut stashed: Option<ToHub> = None;
+    // Lists dropped from memory since the freed heap was last given back.
+    let mut dropped = 0usize;
     loop {
         // What a busy moment deferred goes out before the hub idles: when nothing
         // waits, even after the connections had their turn to read (this task runs
@@ -509,9 +705,12 @@ async fn hub_task(
             },
         };
         let input = match msg {
-            ToHub::Open(id, outbox, who) => {
+            ToHub::Open(id, outbox, who, address) => {
                 out.outboxes.insert(id, outbox);
-                let fx = core.handle(now_ms(), Input::Connected(id));
+                let fx = core.handle_batch(
+                    now_ms(),
+                    [Input::Connected(id), Input::Address(id, address)],
+                );
                 perform(&mut core, &mut out, fx).await?;
                 match who {
                     Some(who) => Input::Identified(id, who),
@@ -525,12 +724,22 @@ async fn hub_task(
                 }
                 continue;
             }
+            ToHub::Loaded(doc, loaded) => {
+                let loaded = (*loaded).map_err(|e| ServeError::Store(e.to_string()))?;
+                tracing::debug!(%doc, found = loaded.is_some(), "list loaded for a peer");
+                let held = core.doc_count();
+                let fx = core.loaded(now_ms(), doc, loaded);
+                perform(&mut core, &mut out, fx).await?;
+                dropped += held.saturating_sub(core.doc_count());
+                continue;
+            }
             ToHub::Shutdown => break,
         };
         if let Input::Disconnected(id) = &input {
             out.outboxes.remove(id);
         }
         let started = std::time::Instant::now();
+        let held = core.doc_count();
         let fx = match input {
             // Frames already waiting are handled together: one answer per list and peer
             // for all of them (under load, one fan-out per batch, not per write).
@@ -559,7 +768,9 @@ async fn hub_task(
         let bulk = !fx.compactions.is_empty()
             || fx.commits.iter().map(|c| c.changes.len()).sum::<usize>() >= TRIM_AFTER_CHANGES;
         let performed = perform(&mut core, &mut out, fx).await;
-        if bulk {
+        dropped += held.saturating_sub(core.doc_count());
+        if bulk || dropped >= TRIM_AFTER_LISTS_DROPPED {
+            dropped = 0;
             give_back_freed_memory();
         }
         if commits > 0 {
@@ -595,6 +806,12 @@ async fn hub_task(
 /// Changes merged in one batch after which the hub hands the memory it freed back to
 /// the system (see [`give_back_freed_memory`]).
 pub const TRIM_AFTER_CHANGES: usize = 1_000;
+
+/// Lists dropped from memory (their last peer left) after which the hub hands the
+/// memory it freed back to the system: glibc keeps the freed lists' heap in its arenas
+/// otherwise, and a hub whose peers came and went would keep the RSS of its busiest
+/// moment. A trim costs a few milliseconds; a list costs tens of KiB at least.
+pub const TRIM_AFTER_LISTS_DROPPED: usize = 64;
 
 /// Returns freed heap memory to the system. A first sync of a long history allocates
 /// several times the list's size for a moment (the changes decoded, the merge's report,
@@ -650,14 +867,38 @@ struct Relay {
     known: BTreeSet<DocumentId>,
     outboxes: BTreeMap<ConnId, Outbox>,
     deferred: DeferredEvents,
+    /// Where a list loaded for the core is sent ([`ToHub::Loaded`]).
+    loaded_to: mpsc::WeakSender<ToHub>,
 }
 
-async fn perform(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result<(), ServeError> {
+/// Performs `fx`, then starts loading the lists it asks for ([`Effects::loads`]): each
+/// load is a task of its own, queued at the store after `fx`'s commits, whose result
+/// comes back to the hub task as [`ToHub::Loaded`] (a large list takes a while to
+/// rebuild, and the other peers must not wait for it).
+async fn perform(core: &mut HubCore, out: &mut Relay, mut fx: Effects) -> Result<(), ServeError> {
+    let loads = std::mem::take(&mut fx.loads);
+    perform_one(core, out, fx).await?;
+    for doc in loads {
+        let Some(to_hub) = out.loaded_to.upgrade() else {
+            break;
+        };
+        let store = out.store.clone();
+        let actor = core.actor().clone();
+        tokio::spawn(async move {
+            let loaded = super::persist::load(&store, doc, actor).await;
+            let _ = to_hub.send(ToHub::Loaded(doc, Box::new(loaded))).await;
+        });
+    }
+    Ok(())
+}
+
+async fn perform_one(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result<(), ServeError> {
     let Relay {
         store,
         known,
         outboxes,
         deferred,
+        ..
     } = out;
     // Durable first: nothing is relayed before it is on disk. A commit that fails stops
     // the hub: what is not durable must not be relayed or acknowledged.

@@ -484,7 +484,7 @@ impl<'a> Sim<'a> {
 
     fn start_hub(&mut self) -> Result<(), SimError> {
         let mut core = HubCore::new(self.hub_config());
-        self.known = persist::load_all_sync(&self.db, &mut core)?;
+        self.known = persist::stored_sync(&self.db, &mut core)?;
         self.hub = Some(core);
         self.incarnation += 1;
         Ok(())
@@ -815,6 +815,26 @@ impl<'a> Sim<'a> {
             return Ok(());
         };
         let fx = hub.handle_batch_deferring(now_ms, inputs, more_waiting);
+        let mut todo = std::collections::VecDeque::from([fx]);
+        while let Some(mut fx) = todo.pop_front() {
+            let loads = std::mem::take(&mut fx.loads);
+            self.perform(fx)?;
+            // Lists the hub dropped from memory (no peer synced them), loaded from the
+            // store after the commits, as the server does.
+            for id in loads {
+                let Some(actor) = self.hub.as_ref().map(|h| h.actor().clone()) else {
+                    break;
+                };
+                let loaded = persist::load_sync(&self.db, id, actor)?;
+                if let Some(hub) = self.hub.as_mut() {
+                    todo.push_back(hub.loaded(now_ms, id, loaded));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn perform(&mut self, fx: crate::hub::core::Effects) -> Result<(), SimError> {
         // Durable first, then relay: the order the server keeps.
         for commit in fx.commits {
             self.persist(commit)?;

@@ -154,16 +154,38 @@ impl HubProc {
 
     /// Starts a hub on `listen` with more `serve` arguments.
     pub fn start_with(db: &Path, listen: &str, args: &[&str]) -> HubProc {
+        let log = std::env::var("SWARMTODO_LOG").unwrap_or_else(|_| "warn".into());
+        HubProc::spawn(db, listen, args, &log, Stdio::inherit())
+    }
+
+    /// Starts a hub on any free loopback port with more `serve` arguments and the log
+    /// filter `log`; its log lines (stderr) are collected in the returned list.
+    pub fn start_logging(
+        db: &Path,
+        args: &[&str],
+        log: &str,
+    ) -> (HubProc, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        let mut hub = HubProc::spawn(db, "127.0.0.1:0", args, log, Stdio::piped());
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stderr = BufReader::new(hub.child.stderr.take().unwrap());
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        (hub, lines)
+    }
+
+    fn spawn(db: &Path, listen: &str, args: &[&str], log: &str, stderr: Stdio) -> HubProc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
             .args(["serve", "--listen", listen, "--data"])
             .arg(db)
             .args(args)
-            .env(
-                "SWARMTODO_LOG",
-                std::env::var("SWARMTODO_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+            .env("SWARMTODO_LOG", log)
+            .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start the hub");
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
