@@ -1024,3 +1024,36 @@ fn an_actor_is_its_first_identitys_in_every_list_and_nobody_writes_as_the_hub() 
     assert!(sync_as(&mut core, &hub, c_lead, doc_a, &mut lead_a).is_empty());
     assert!(held(&core, doc_a, "Lead's again"));
 }
+
+/// A commit the store refuses for the list's own content isolates that list: its peers
+/// are closed with 1011 `list_refused` (nothing of the merge reaches them), the list
+/// leaves memory to be loaded again as stored, and the hub's other connections stay.
+#[test]
+fn a_refused_commit_isolates_its_list() {
+    let list = list_with_history(5, 10);
+    let mut hub = Hub::with(&list);
+    let peers = peers_in_step(&mut hub, &list, 3);
+    let bystander = hub.join(99, 0);
+    let doc = hub.doc;
+    let mut fx = Effects::default();
+    let closed = hub
+        .core
+        .isolate(doc, "a record over a store limit", &mut fx);
+    let mut want: Vec<ConnId> = peers.iter().map(|(c, _, _)| *c).collect();
+    want.sort();
+    let mut got = closed.clone();
+    got.sort();
+    assert_eq!(got, want);
+    for (c, close) in &fx.closes {
+        assert!(closed.contains(c));
+        assert_eq!((close.code, close.reason.as_str()), (1011, "list_refused"));
+    }
+    assert_eq!(fx.closes.len(), 3);
+    assert!(hub.core.doc(&doc).is_none(), "the list left memory");
+    assert_eq!(fx.reloads, vec![doc]);
+    assert_eq!(
+        hub.core.conn_count(),
+        1,
+        "the bystander stays: {bystander:?}"
+    );
+}
