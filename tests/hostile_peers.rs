@@ -18,16 +18,28 @@ use swarmtodo::proto::{Event, EventBody, Rule, Status, Violation};
 /// attacker read at the end (`{"tasks", "agents"}`), or `None` when it failed (the hub
 /// closed it, say).
 async fn hostile(url: &str, doc: DocumentId, mode: &str, n: usize) -> Option<serde_json::Value> {
+    hostile_as("mallory", url, doc, mode, n).await
+}
+
+/// [`hostile`] registered as `agent` (the agent its token names).
+async fn hostile_as(
+    agent: &str,
+    url: &str,
+    doc: DocumentId,
+    mode: &str,
+    n: usize,
+) -> Option<serde_json::Value> {
     let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
     assert!(
         js.join("node_modules/@automerge/automerge-repo").exists(),
         "the JS peer is not installed: run `npm install --prefix tests/js` (.ci/run does)"
     );
-    let (url, mode) = (url.to_owned(), mode.to_owned());
+    let (url, mode, agent) = (url.to_owned(), mode.to_owned(), agent.to_owned());
     let out = tokio::task::spawn_blocking(move || {
         Command::new("node")
             .arg(js.join("hostile.mjs"))
             .args([url, doc.to_string(), mode, n.to_string()])
+            .env("HOSTILE_AGENT", agent)
             .output()
             .expect("node must be installed")
     })
@@ -158,33 +170,12 @@ async fn a_dependency_chain_does_not_stall_other_lists() {
     assert_eq!(lead.read().tasks.len(), 2_003);
 }
 
-const TOKENS: &str = r#"
-log = "warn"
-
-[[tokens]]
-token = "lead-token-0123456789"
-agent = "lead"
-role = "lead"
-
-[[tokens]]
-token = "mallory-token-0123456789"
-agent = "mallory"
-role = "worker"
-"#;
-
-/// A hub that needs tokens: the lead's and a worker's ("mallory").
+/// A hub that needs tokens (`TOKENS_CONFIG`): the lead's and a worker's URLs.
 fn hub_with_tokens(test: &str) -> (HubProc, String, String) {
-    let dir = scratch(test);
-    let config = dir.join("swarmtodo.toml");
-    std::fs::write(&config, TOKENS).unwrap();
-    let hub = HubProc::start_with(
-        &dir.join("hub.db"),
-        "127.0.0.1:0",
-        &["--config", config.to_str().unwrap()],
-    );
-    let lead = format!("{}/?token=lead-token-0123456789", hub.url);
-    let mallory = format!("{}/?token=mallory-token-0123456789", hub.url);
-    (hub, lead, mallory)
+    let (hub, _) = hub_with_config(test, TOKENS_CONFIG);
+    let lead = with_token(&hub.url, LEAD_TOKEN);
+    let worker = with_token(&hub.url, WORKER_TOKEN);
+    (hub, lead, worker)
 }
 
 /// The lead's plan with every task owned by the lead.
@@ -209,7 +200,7 @@ fn leads_plan() -> TodoList {
 /// attacker and a fresh reader all end with the lead's tasks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_cannot_wipe_the_list_or_rename_itself() {
-    let (mut hub, lead_url, mallory_url) = hub_with_tokens("wipe");
+    let (mut hub, lead_url, worker_url) = hub_with_tokens("wipe");
     for mode in [
         "wipe-delete",
         "wipe-map",
@@ -224,7 +215,7 @@ async fn a_worker_cannot_wipe_the_list_or_rename_itself() {
         c.sync(doc, &mut lead).await.unwrap();
         let want = lead.read().tasks;
 
-        let seen = hostile(&mallory_url, doc, mode, 0).await;
+        let seen = hostile_as("wendy", &worker_url, doc, mode, 0).await;
         hub.assert_alive(mode);
         let seen = seen.unwrap_or_else(|| panic!("{mode}: the attacker was cut off"));
         let tasks = seen["tasks"].as_object();

@@ -34,10 +34,6 @@ agent = "dashboard"
 role = "observer"
 "#;
 
-fn with_token(url: &str, token: &str) -> String {
-    format!("{url}/?token={token}")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_admit_agents_with_their_roles() {
     let dir = scratch("auth");

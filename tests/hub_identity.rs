@@ -10,29 +10,6 @@ use common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::model::TodoList;
 
-const CONFIG: &str = r#"
-log = "warn"
-
-[[tokens]]
-token = "lead-token-0123456789"
-agent = "lead"
-role = "lead"
-
-[[tokens]]
-token = "wendy-token-0123456789"
-agent = "wendy"
-role = "worker"
-
-[[tokens]]
-token = "observer-token-0123456789"
-agent = "dashboard"
-role = "observer"
-"#;
-
-fn with_token(url: &str, token: &str) -> String {
-    format!("{url}/?token={token}")
-}
-
 fn content(list: &TodoList, id: &str) -> String {
     list.read()
         .tasks
@@ -48,36 +25,26 @@ fn content(list: &TodoList, id: &str) -> String {
 /// change with that actor and sequence number merges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_writing_with_the_leads_actor_is_refused_and_the_lead_keeps_syncing() {
-    let dir = scratch("identity-forge");
-    let config = dir.join("swarmtodo.toml");
-    std::fs::write(&config, CONFIG).unwrap();
-    let hub = HubProc::start_with(
-        &dir.join("hub.db"),
-        "127.0.0.1:0",
-        &["--config", config.to_str().unwrap()],
-    );
+    let (hub, dir) = hub_with_config("identity-forge", TOKENS_CONFIG);
     let doc = list_document_id("forged");
 
     // The lead plans with actor 1 (its first change binds the actor to "lead").
     let mut lead = planned();
-    let mut c_lead = Connection::connect(&with_token(&hub.url, "lead-token-0123456789"), "lead")
+    let mut c_lead = Connection::connect(&with_token(&hub.url, LEAD_TOKEN), "lead")
         .await
         .unwrap();
     c_lead.sync(doc, &mut lead).await.unwrap();
     let mut obs = TodoList::create(actor(3));
-    let mut c_obs = Connection::connect(
-        &with_token(&hub.url, "observer-token-0123456789"),
-        "dashboard",
-    )
-    .await
-    .unwrap();
+    let mut c_obs = Connection::connect(&with_token(&hub.url, OBSERVER_TOKEN), "dashboard")
+        .await
+        .unwrap();
     c_obs.sync(doc, &mut obs).await.unwrap();
 
     // Wendy, a worker, writes as the lead's actor.
     let report = run_js(
         "forge_actor.mjs",
         &[
-            with_token(&hub.url, "wendy-token-0123456789"),
+            with_token(&hub.url, WORKER_TOKEN),
             doc.to_string(),
             actor(1).to_hex_string(),
             "t1".to_owned(),
@@ -104,10 +71,9 @@ async fn a_worker_writing_with_the_leads_actor_is_refused_and_the_lead_keeps_syn
     );
     c_obs.sync(doc, &mut obs).await.unwrap();
     let mut fresh = TodoList::create(actor(4));
-    let mut c_fresh =
-        Connection::connect(&with_token(&hub.url, "observer-token-0123456789"), "fresh")
-            .await
-            .unwrap();
+    let mut c_fresh = Connection::connect(&with_token(&hub.url, OBSERVER_TOKEN), "fresh")
+        .await
+        .unwrap();
     c_fresh.sync(doc, &mut fresh).await.unwrap();
     for (who, list) in [("lead", &lead), ("observer", &obs), ("fresh peer", &fresh)] {
         assert_eq!(content(list, "t1"), "Read the issue", "{who} sees t1");

@@ -53,10 +53,6 @@ impl Drop for LimitedHub {
     }
 }
 
-fn with_token(url: &str, token: &str) -> String {
-    format!("{url}/?token={token}")
-}
-
 /// A WebSocket upgrade that never sends anything.
 async fn upgrade(url: &str) -> Result<Ws, tungstenite::Error> {
     tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))

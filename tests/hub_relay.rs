@@ -18,53 +18,22 @@ use swarmtodo::hub::core::EVENTS_SESSION;
 use swarmtodo::hub::wire::{self, DocumentId, PeerId, WireMessage};
 use swarmtodo::model::TodoList;
 
-const CONFIG: &str = r#"
-log = "warn"
-
-[[tokens]]
-token = "lead-token-0123456789"
-agent = "lead"
-role = "lead"
-
-[[tokens]]
-token = "wendy-token-0123456789"
-agent = "wendy"
-role = "worker"
-
-[[tokens]]
-token = "observer-token-0123456789"
-agent = "dashboard"
-role = "observer"
-"#;
-
-const LEAD: &str = "lead-token-0123456789";
-const WORKER: &str = "wendy-token-0123456789";
-const OBSERVER: &str = "observer-token-0123456789";
+const LEAD: &str = LEAD_TOKEN;
+const WORKER: &str = WORKER_TOKEN;
+const OBSERVER: &str = OBSERVER_TOKEN;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Bound on every step of a raw peer.
 const WAIT: Duration = Duration::from_secs(10);
 
-fn with_token(url: &str, token: &str) -> String {
-    format!("{url}/?token={token}")
-}
-
 fn peer_id(s: &str) -> PeerId {
     PeerId::new(s).unwrap()
 }
 
-/// A hub started with [`CONFIG`] in its own scratch folder.
+/// A hub started with [`TOKENS_CONFIG`] in its own scratch folder.
 fn hub_with_tokens(name: &str) -> (HubProc, std::path::PathBuf) {
-    let dir = scratch(name);
-    let config = dir.join("swarmtodo.toml");
-    std::fs::write(&config, CONFIG).unwrap();
-    let hub = HubProc::start_with(
-        &dir.join("hub.db"),
-        "127.0.0.1:0",
-        &["--config", config.to_str().unwrap()],
-    );
-    (hub, dir)
+    hub_with_config(name, TOKENS_CONFIG)
 }
 
 /// A raw connection that has joined as `name`; returns it and the hub's peer id.

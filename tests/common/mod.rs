@@ -251,6 +251,53 @@ impl Drop for HubProc {
     }
 }
 
+/// A hub configuration with three tokens: the lead's, a worker's ("wendy") and an
+/// observer's ("dashboard").
+pub const TOKENS_CONFIG: &str = r#"
+log = "warn"
+
+[[tokens]]
+token = "lead-token-0123456789"
+agent = "lead"
+role = "lead"
+
+[[tokens]]
+token = "wendy-token-0123456789"
+agent = "wendy"
+role = "worker"
+
+[[tokens]]
+token = "observer-token-0123456789"
+agent = "dashboard"
+role = "observer"
+"#;
+
+/// The lead's token in [`TOKENS_CONFIG`].
+pub const LEAD_TOKEN: &str = "lead-token-0123456789";
+/// The worker's ("wendy").
+pub const WORKER_TOKEN: &str = "wendy-token-0123456789";
+/// The observer's ("dashboard").
+pub const OBSERVER_TOKEN: &str = "observer-token-0123456789";
+
+/// `url` with `?token=`.
+pub fn with_token(url: &str, token: &str) -> String {
+    format!("{url}/?token={token}")
+}
+
+/// A hub started with the configuration `toml` in scratch folder `name`; returns it
+/// and the folder.
+pub fn hub_with_config(name: &str, toml: &str) -> (HubProc, PathBuf) {
+    let dir = scratch(name);
+    let config = dir.join("swarmtodo.toml");
+    std::fs::write(&config, toml).unwrap();
+    let hub = HubProc::start_with(
+        &dir.join("hub.db"),
+        "127.0.0.1:0",
+        &["--config", config.to_str().unwrap()],
+    );
+    (hub, dir)
+}
+
 /// A fresh scratch folder for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("swarmtodo-e2e-{name}-{}", std::process::id()));

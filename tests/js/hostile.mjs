@@ -4,7 +4,7 @@
 //   node hostile.mjs WS_URL DOC_ID MODE [N]
 //
 // Finds the list DOC_ID on the hub at WS_URL (it must exist), registers its actor as
-// agent "mallory", makes MODE's change, waits until the hub has answered since and then
+// agent $HOSTILE_AGENT (default "mallory"; the agent its token names, if it has one), makes MODE's change, waits until the hub has answered since and then
 // been quiet for a second (its repairs and events have arrived), and prints what it then reads as JSON: {"tasks": {id: task}, "agents": {...}}.
 //
 // MODE:
@@ -49,7 +49,7 @@ const task = (id, extra = {}) => ({
 });
 
 handle.change((d) => {
-  d.agents[actor] = "mallory";
+  d.agents[actor] = process.env.HOSTILE_AGENT ?? "mallory";
 });
 
 switch (mode) {
