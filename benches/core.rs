@@ -1,4 +1,4 @@
-//! Criterion benches of the per-merge path (DESIGN.md §4, issue "Criterion benches"):
+//! Criterion benches of the per-merge path (docs/DESIGN.md §4):
 //!
 //! - `authority_check`: [`Authority::check`] of the merge of one single-task change,
 //!   alone (goal: ≤ 50 µs median, flat across 100, 1,000 and 10,000 tasks);

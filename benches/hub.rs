@@ -1,4 +1,4 @@
-//! Criterion benches of the hub core's per-message cost (issue: the hub), driven
+//! Criterion benches of the hub core's per-message cost, driven
 //! without sockets: in-process peers exchange real automerge-repo frames with a
 //! [`HubCore`].
 //!

@@ -1,9 +1,9 @@
 //! swarmtodo: the shared, live, typed todo state of agent swarms.
 //!
 //! - [`model`]: the todo list as an Automerge document, a replica with `todo_write` and
-//!   `todo_read` (DESIGN.md §3, §5).
+//!   `todo_read` (docs/DESIGN.md §3, §5).
 //! - [`authority`]: the invariant checks, events and repairs run after every merge
-//!   (DESIGN.md §4).
+//!   (docs/DESIGN.md §4).
 //! - [`proto`]: the wire types every client reads.
 //! - [`sim`]: deterministic simulation of swarms against the real hub core (one seed,
 //!   simulated time and network, SQLite store).

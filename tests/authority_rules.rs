@@ -1,4 +1,4 @@
-//! One test per invariant of DESIGN.md §4. Every violation comes from real concurrent
+//! One test per invariant of docs/DESIGN.md §4. Every violation comes from real concurrent
 //! replicas: forks of one list, edited apart and merged into the hub's replica.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 

@@ -1,4 +1,4 @@
-//! Tokens, roles and the configuration file (DESIGN.md §7; issue: the hub, point 1):
+//! Tokens, roles and the configuration file (docs/DESIGN.md §7):
 //! a real hub process started with `--config`, real clients.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 

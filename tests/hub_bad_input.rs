@@ -486,10 +486,10 @@ fn bundle_with_deflated_column(column: &[u8]) -> Vec<u8> {
     chunk(CHUNK_TYPE_BUNDLE, &data)
 }
 
-/// The 10-byte message of the issue: one `have` whose Bloom filter has one entry, 0 bits
+/// The 10-byte message found crashing automerge: one `have` whose Bloom filter has one entry, 0 bits
 /// per entry and one probe (automerge divides by zero on the next sync message).
 const ZERO_BITS_PER_ENTRY: [u8; 10] = [0x42, 0, 0, 1, 0, 3, 1, 0, 1, 0];
-/// The 15-byte message of the issue: one entry, 1 bit per entry, 2^32 − 1 probes
+/// The 15-byte message found crashing automerge: one entry, 1 bit per entry, 2^32 − 1 probes
 /// (automerge allocates 16 GiB and aborts).
 const MAX_PROBES: [u8; 15] = [
     0x42, 0, 0, 1, 0, 8, 1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0,
@@ -660,7 +660,7 @@ async fn oversize_frames_and_messages_end_the_connection_and_the_hub_survives() 
     assert!(rss_after < rss_before + 200 * MIB);
 }
 
-/// DESIGN.md §7: "past a limit the client gets a clear error or close code". The core
+/// docs/DESIGN.md §7: "past a limit the client gets a clear error or close code". The core
 /// has a 1009 `message_too_large` close for this, but tungstenite refuses the frame first.
 ///
 /// Reproduction: join, send one binary frame of FRAME_BYTES_MAX + 1 bytes. Expected:
@@ -1411,7 +1411,7 @@ async fn big_list(url: &str, name: &str, n: usize) -> TodoList {
     lead
 }
 
-/// The issue's scenario: a peer asks for a big list again and again (each request is 7
+/// A reported attack: a peer asks for a big list again and again (each request is 7
 /// bytes of sync data: no heads, which makes the hub forget what it sent, and an empty
 /// Bloom filter) and never reads. Others must keep their latency.
 ///
@@ -1599,7 +1599,7 @@ async fn many_idle_connections_cost_little_and_the_hub_keeps_serving() {
 // ---------------------------------------------------------------------------------
 
 /// A peer that floods frames past FRAMES_BURST_MAX is cut off with a clear close code
-/// (DESIGN.md §7: "past a limit the client gets a clear error or close code").
+/// (docs/DESIGN.md §7: "past a limit the client gets a clear error or close code").
 ///
 /// Reproduction: join, send 5,000 `remote-subscription-change` frames as fast as
 /// possible. The hub cuts the peer off after ~3,000, with a close frame without a code

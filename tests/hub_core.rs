@@ -1,6 +1,6 @@
 //! The hub core (sans-I/O) and its sync path: peers in step never make it walk the
 //! history, a write to many peers is encoded once, and a connection that keeps asking
-//! for the whole history runs out of budget (issue: the hub, points 4 and 7).
+//! for the whole history runs out of budget.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
 mod common;

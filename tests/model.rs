@@ -1,4 +1,4 @@
-//! `todo_write` / `todo_read` on a replica (DESIGN.md §3, §5).
+//! `todo_write` / `todo_read` on a replica (docs/DESIGN.md §3, §5).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
 mod common;

@@ -1,5 +1,5 @@
 //! Property tests of the replica (convergence, safe stale replace) and the authority
-//! (each violation reported once, deterministic repair), DESIGN.md §3-§5.
+//! (each violation reported once, deterministic repair), docs/DESIGN.md §3-§5.
 //!
 //! Every random choice comes either from a proptest strategy or from a small SplitMix64
 //! generator seeded by one, so a failing case shrinks and replays. Actor ids are fixed
@@ -743,7 +743,7 @@ fn check_stale_replace(s: StaleReplace) -> Result<(), TestCaseError> {
         }
     }
 
-    // What DESIGN.md §5 and PROTOCOL.md promise, task by task: a new task reads as sent;
+    // What docs/DESIGN.md §5 and PROTOCOL.md promise, task by task: a new task reads as sent;
     // of a task A saw, only the fields A changed relative to V are written (others keep
     // their current value); a task removed since stays removed unless A edited it (then
     // it comes back as A sent it).

@@ -1,4 +1,4 @@
-//! The deterministic simulation (issue 4): every scenario of `simulations/` passes its
+//! The deterministic simulation: every scenario of `simulations/` passes its
 //! checks on a few seeds, a seed replays to the same trace, and the checker catches the
 //! bugs planted on purpose.
 //!

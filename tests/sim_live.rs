@@ -1,4 +1,4 @@
-//! The live runner (issue 4): scenarios against a real `swarmtodo serve` process started
+//! The live runner: scenarios against a real `swarmtodo serve` process started
 //! with the scenario's roles and tokens, with real clients over loopback WebSockets and
 //! real faults (kill -9 and restart, cut connections, a slow reader), checked by the same
 //! checker as the deterministic runs — ownership included; and the checker failing on

@@ -1,5 +1,5 @@
 //! The SQLite store on real files: racing creators, a writer killed with SIGKILL,
-//! compaction, resumable events, atomic commits and the async handle (DESIGN.md §4, §6,
+//! compaction, resumable events, atomic commits and the async handle (docs/DESIGN.md §4, §6,
 //! §8).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 

@@ -1,7 +1,7 @@
 //! Wire types of swarmtodo: the task model, snapshots, `todo_write` requests and
 //! results, typed errors and events.
 //!
-//! These types are the one schema every client reads (DESIGN.md §3, §5, §6). They are
+//! These types are the one schema every client reads (docs/DESIGN.md §3, §5, §6). They are
 //! plain data: serde with `deny_unknown_fields`, so that a misspelt field is an error and
 //! not silently dropped, and `schemars`, so that `proto/schema/*.json` is generated from
 //! them (see [`schemas`]).
@@ -53,7 +53,7 @@ pub const EXPLANATION_BYTES_MAX: usize = 1024;
 pub enum Status {
     /// Not started.
     Pending,
-    /// Being worked on (at most one per owner, DESIGN.md §4 rule 2).
+    /// Being worked on (at most one per owner, docs/DESIGN.md §4 rule 2).
     InProgress,
     /// Done.
     Completed,
@@ -174,7 +174,7 @@ impl fmt::Display for Priority {
     }
 }
 
-/// One task of a list, as every client reads it (DESIGN.md §3). The order of a list is
+/// One task of a list, as every client reads it (docs/DESIGN.md §3). The order of a list is
 /// the order of its snapshot's `tasks`; the position key itself is internal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -314,7 +314,7 @@ pub enum WriteMode {
     },
 }
 
-/// A `todo_write` request (DESIGN.md §5).
+/// A `todo_write` request (docs/DESIGN.md §5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteRequest {
@@ -408,7 +408,7 @@ impl fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
-/// The invariants the authority checks (DESIGN.md §4).
+/// The invariants the authority checks (docs/DESIGN.md §4).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
@@ -493,7 +493,7 @@ pub struct Violation {
     pub resolution: Resolution,
 }
 
-/// Concurrent writes to the same field of the same task (DESIGN.md §4 rule 5).
+/// Concurrent writes to the same field of the same task (docs/DESIGN.md §4 rule 5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Conflict {
@@ -529,7 +529,7 @@ pub struct TaskChange {
     pub after: Option<Task>,
 }
 
-/// What happened to a list (DESIGN.md §6). Every client reads this one schema.
+/// What happened to a list (docs/DESIGN.md §6). Every client reads this one schema.
 ///
 /// Not `deny_unknown_fields`: it is flattened into [`Event`] (serde would refuse the
 /// event's own fields), and readers of the hub's output should accept fields a newer

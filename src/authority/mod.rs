@@ -1,4 +1,4 @@
-//! The authority: after every merge it checks the invariants of DESIGN.md §4 on what the
+//! The authority: after every merge it checks the invariants of docs/DESIGN.md §4 on what the
 //! merge touched, reports each violation and conflict exactly once, and chooses repairs.
 //!
 //! It does no I/O and reads no clock: [`Authority::check`] takes the list and the
@@ -112,7 +112,7 @@ impl Default for Policy {
     }
 }
 
-/// An agent's role on a list (DESIGN.md §7).
+/// An agent's role on a list (docs/DESIGN.md §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// Reads and writes everything.

@@ -109,7 +109,7 @@ pub struct Close {
     pub message: Option<String>,
 }
 
-/// Who a connection is, from the token it presented (DESIGN.md §7).
+/// Who a connection is, from the token it presented (docs/DESIGN.md §7).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     /// The agent id the token stands for.

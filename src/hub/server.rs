@@ -330,7 +330,7 @@ pub async fn run(
     }
 }
 
-/// Who may connect (DESIGN.md §7).
+/// Who may connect (docs/DESIGN.md §7).
 #[derive(Debug, Clone, Default)]
 pub enum Access {
     /// Anyone who can reach the socket (the default: loopback only).

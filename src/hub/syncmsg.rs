@@ -1666,18 +1666,18 @@ mod tests {
         }
     }
 
-    /// The 10-byte message of the issue: one `have` whose Bloom filter has one entry,
+    /// The 10-byte message found crashing automerge: one `have` whose Bloom filter has one entry,
     /// 0 bits per entry and one probe. automerge 0.12 accepts it, and its next
     /// `generate_sync_message` divides by zero.
     const ZERO_BITS_PER_ENTRY: [u8; 10] = [0x42, 0, 0, 1, 0, 3, 1, 0, 1, 0];
-    /// The 15-byte message of the issue: one entry, 1 bit per entry, 2^32 − 1 probes.
+    /// The 15-byte message found crashing automerge: one entry, 1 bit per entry, 2^32 − 1 probes.
     /// `generate_sync_message` allocates 16 GiB for the probes and aborts.
     const MAX_PROBES: [u8; 15] = [
         0x42, 0, 0, 1, 0, 8, 1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0,
     ];
 
     #[test]
-    fn the_crashing_messages_of_the_issue_are_refused_before_automerge() {
+    fn messages_that_crashed_automerge_are_refused_before_it_sees_them() {
         let limits = Limits::default();
         assert_eq!(check_code(&ZERO_BITS_PER_ENTRY, &limits), "bloom_invalid");
         assert_eq!(check_code(&MAX_PROBES, &limits), "bloom_invalid");

@@ -1,4 +1,4 @@
-//! The document layout (DESIGN.md §3) and reading it.
+//! The document layout (docs/DESIGN.md §3) and reading it.
 //!
 //! ```text
 //! root

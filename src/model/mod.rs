@@ -1,8 +1,8 @@
 //! The typed todo model on Automerge: one document per list, tasks in a map keyed by
-//! stable id, order by fractional position keys (DESIGN.md §3).
+//! stable id, order by fractional position keys (docs/DESIGN.md §3).
 //!
 //! [`TodoList`] is a replica: it holds the document, a materialised index kept up to
-//! date change by change, and the `todo_write` / `todo_read` operations of DESIGN.md §5.
+//! date change by change, and the `todo_write` / `todo_read` operations of docs/DESIGN.md §5.
 //! It does no I/O and reads no clock: time and the seed for generated ids come in a
 //! [`WriteContext`].
 //!

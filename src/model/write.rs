@@ -1,4 +1,4 @@
-//! `todo_write` on a replica (DESIGN.md §5): validate the whole request against the
+//! `todo_write` on a replica (docs/DESIGN.md §5): validate the whole request against the
 //! list, build the resulting tasks as a draft, and only then commit the fields that
 //! differ as one Automerge change. An invalid write changes nothing.
 

@@ -1,4 +1,4 @@
-//! Deterministic simulation of swarms against the real hub core (issue 4).
+//! Deterministic simulation of swarms against the real hub core.
 //!
 //! A [`Scenario`] (TOML in `simulations/`) says who the agents are, what they do, and
 //! which faults hit them. [`run`] plays one seed of it in one thread: the real

@@ -117,7 +117,7 @@ fn one() -> usize {
     1
 }
 
-/// An agent's role (DESIGN.md §7), plus the rogue: a worker that misbehaves on purpose.
+/// An agent's role (docs/DESIGN.md §7), plus the rogue: a worker that misbehaves on purpose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RoleSpec {

@@ -1,5 +1,5 @@
 //! Durable storage of lists, their changes, events and reported keys in one SQLite file
-//! (DESIGN.md §4, §6, §8).
+//! (docs/DESIGN.md §4, §6, §8).
 //!
 //! - [`Db`]: the synchronous core, one connection, plain methods. Tests and simulations
 //!   use it directly, without a runtime.

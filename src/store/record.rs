@@ -65,7 +65,7 @@ impl ChangeRecord {
     }
 }
 
-/// An event to append: its kind (`tasks_changed`, `violation`, …, DESIGN.md §6) and its
+/// An event to append: its kind (`tasks_changed`, `violation`, …, docs/DESIGN.md §6) and its
 /// JSON. The store gives it its `seq`; the JSON is stored as given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewEvent {

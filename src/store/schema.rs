@@ -70,7 +70,7 @@ const MIGRATIONS: &[&str] = &[
 /// Durability: `journal_mode=WAL` with `synchronous=FULL`. In WAL mode `NORMAL` syncs
 /// only at checkpoints, so a commit survives a crash of the process but may be rolled
 /// back by a power loss or an OS crash; the hub acknowledges a write only once it is
-/// durable (DESIGN.md §8), so every commit syncs the WAL (`FULL`). `fullfsync` makes
+/// durable (docs/DESIGN.md §8), so every commit syncs the WAL (`FULL`). `fullfsync` makes
 /// that sync reach the disk on macOS too (a no-op elsewhere).
 pub(crate) fn open(path: &Path) -> Result<Connection, StoreError> {
     let mut conn = Connection::open(path)?;
