@@ -5,9 +5,6 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
 use common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::hub::wire::DocumentId;
@@ -29,22 +26,13 @@ async fn hostile_as(
     mode: &str,
     n: usize,
 ) -> Option<serde_json::Value> {
-    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
-    assert!(
-        js.join("node_modules/@automerge/automerge-repo").exists(),
-        "the JS peer is not installed: run `npm install --prefix tests/js` (.ci/run does)"
-    );
-    let (url, mode, agent) = (url.to_owned(), mode.to_owned(), agent.to_owned());
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(js.join("hostile.mjs"))
-            .args([url, doc.to_string(), mode, n.to_string()])
-            .env("HOSTILE_AGENT", agent)
-            .output()
-            .expect("node must be installed")
-    })
-    .await
-    .unwrap();
+    let args = [
+        url.to_owned(),
+        doc.to_string(),
+        mode.to_owned(),
+        n.to_string(),
+    ];
+    let out = node("hostile.mjs", &args, &[("HOSTILE_AGENT", agent)]).await;
     if !out.status.success() {
         eprintln!(
             "hostile peer exited with {}: {}",
@@ -53,13 +41,7 @@ async fn hostile_as(
         );
         return None;
     }
-    match serde_json::from_slice(&out.stdout) {
-        Ok(v) => Some(v),
-        Err(e) => panic!(
-            "the hostile peer printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        ),
-    }
+    Some(printed_json(&out))
 }
 
 /// A hub, the lead's list `name` (t1..t3) synced to it, and the lead's connection.

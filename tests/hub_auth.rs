@@ -36,14 +36,7 @@ role = "observer"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_admit_agents_with_their_roles() {
-    let dir = scratch("auth");
-    let config = dir.join("swarmtodo.toml");
-    std::fs::write(&config, CONFIG).unwrap();
-    let hub = HubProc::start_with(
-        &dir.join("hub.db"),
-        "127.0.0.1:0",
-        &["--config", config.to_str().unwrap()],
-    );
+    let (hub, dir) = hub_with_config("auth", CONFIG);
     let doc = list_document_id("secured");
 
     // No token, or an unknown one: refused at the WebSocket upgrade, with a reason.

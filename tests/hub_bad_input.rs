@@ -1148,30 +1148,9 @@ async fn compression_bombs_are_refused_and_memory_stays_bounded() {
 /// Reads what `ws` holds (without decoding) until the hub's close frame or the end;
 /// returns the number of frames and bytes before it, and the ending.
 async fn drain(ws: &mut Ws) -> (usize, usize, Ending) {
-    let mut frames = 0;
-    let mut bytes = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let next = tokio::time::timeout_at(deadline, ws.next())
-            .await
-            .unwrap_or_else(|_| panic!("the stream did not end after {frames} frames"));
-        let mut e = Ending::default();
-        match next {
-            Some(Ok(Message::Binary(b))) => {
-                frames += 1;
-                bytes += b.len();
-                continue;
-            }
-            Some(Ok(Message::Close(f))) => {
-                e.close_frame = true;
-                e.close = f.map(|f| (u16::from(f.code), f.reason.to_string()));
-            }
-            Some(Ok(_)) => continue,
-            None => e.end = Some("end of stream".into()),
-            Some(Err(err)) => e.end = Some(format!("error: {err}")),
-        }
-        return (frames, bytes, e);
-    }
+    let (frames, bytes, end) = drain_for(ws, Duration::from_secs(20)).await;
+    let end = end.unwrap_or_else(|| panic!("the stream did not end after {frames} frames"));
+    (frames, bytes, end)
 }
 
 /// The small list `name` on the hub (three tasks); the lead's connection is closed.

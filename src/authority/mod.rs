@@ -282,26 +282,15 @@ impl Authority {
         }
     }
 
-    /// The agent and role of a change's actor: its binding, else what it registered.
-    fn identity_of(&self, list: &TodoList, actor: &automerge::ActorId) -> (Option<String>, Role) {
-        match self.bound.get(actor) {
-            Some((agent, role)) => (Some(agent.clone()), *role),
-            None => {
-                let agent = list.agent_of(actor);
-                let role = self.roles.of(agent.as_deref());
-                (agent, role)
-            }
-        }
-    }
-
-    /// The agent and role of a change's writer: its actor's binding, else the agent its
-    /// actor registered — as it was before this change when the change rewrote that
-    /// registration (or the whole `agents` map), so that a worker cannot make itself a
-    /// lead by renaming itself in the change that does the lead's work.
+    /// The agent and role of a change's writer: its actor's binding (a token vouches for
+    /// it), else the agent its actor registered — as it was before this change when the
+    /// change rewrote that registration (or the whole `agents` map), so that a worker
+    /// cannot make itself a lead by renaming itself in the change that does the lead's
+    /// work.
     fn identity_of_change(&self, list: &TodoList, change: &ChangeInfo) -> (Option<String>, Role) {
         let actor = change.actor();
-        if self.bound.contains_key(actor) {
-            return self.identity_of(list, actor);
+        if let Some((agent, role)) = self.bound.get(actor) {
+            return (Some(agent.clone()), *role);
         }
         let renamed =
             change.agents.contains(&actor.to_hex_string()) || change.root.contains("agents");
@@ -517,15 +506,17 @@ impl Authority {
             // A finding about field `f` (TASK_ENTRY: the task itself), keyed by the
             // operation that wrote its value; `fix` is what the repair writes.
             let mut bad = |f: &'static str, msg: String, fix: Option<(FieldValue, String)>| {
-                let op = if f == TASK_ENTRY {
-                    list.index()
+                let w = (f != TASK_ENTRY).then(|| written(list, id, f)).flatten();
+                let op = match &w {
+                    Some(w) => w.op.clone(),
+                    None if f == TASK_ENTRY => list
+                        .index()
                         .tasks
                         .get(id)
                         .and_then(|e| OpKey::of(&e.obj))
                         .map(|k| k.render())
-                        .unwrap_or_default()
-                } else {
-                    written(list, id, f).map(|w| w.op).unwrap_or_default()
+                        .unwrap_or_default(),
+                    None => String::new(),
                 };
                 let key = digest_key("schema", &format!("{id}:{f}:{op}"));
                 let fix = fix.filter(|_| fixing);
@@ -539,11 +530,7 @@ impl Authority {
                     rule: Rule::Schema,
                     message: msg,
                     tasks: [id.clone()].into(),
-                    values: if f == TASK_ENTRY {
-                        Vec::new()
-                    } else {
-                        written(list, id, f).into_iter().collect()
-                    },
+                    values: w.into_iter().collect(),
                     repair: fix.map(|(_, how)| how),
                     changes: Vec::new(),
                 });

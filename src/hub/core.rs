@@ -1070,23 +1070,37 @@ impl HubCore {
                 fx,
             );
         }
-        if !self.docs.contains_key(&doc_id) {
-            if message.heads.is_empty() && message.changes.is_empty() {
-                // Nothing here and nothing offered: automerge-repo's "not found". A peer
-                // that has the document (heads) gets an empty one to sync into: the
-                // hub's answer asks for the changes.
-                if is_request {
-                    fx.sends.push((
-                        c,
-                        wire::encode(&WireMessage::DocUnavailable {
-                            sender_id: self.config.peer_id.clone(),
-                            target_id: remote.clone(),
-                            document_id: doc_id,
-                        }),
-                    ));
-                }
-                return;
+        let known = self.docs.contains_key(&doc_id);
+        if !known && message.heads.is_empty() && message.changes.is_empty() {
+            // Nothing here and nothing offered: automerge-repo's "not found". A peer
+            // that has the document (heads) gets an empty one to sync into: the
+            // hub's answer asks for the changes.
+            if is_request {
+                fx.sends.push((
+                    c,
+                    wire::encode(&WireMessage::DocUnavailable {
+                        sender_id: self.config.peer_id.clone(),
+                        target_id: remote.clone(),
+                        document_id: doc_id,
+                    }),
+                ));
             }
+            return;
+        }
+        // A list this connection does not sync yet counts against its bound, whether
+        // the list is new (checked before it is made) or held already.
+        if self.conns.get(&c).is_some_and(|conn| {
+            !conn.docs.contains(&doc_id) && conn.docs.len() >= DOCS_PER_CONN_MAX
+        }) {
+            return self.fail(
+                c,
+                1008,
+                "docs_per_conn_limit",
+                format!("one connection may sync {DOCS_PER_CONN_MAX} lists at most"),
+                fx,
+            );
+        }
+        if !known {
             let fresh = self
                 .docs
                 .keys()
@@ -1100,17 +1114,6 @@ impl HubCore {
                     format!("the hub has {DOCS_MAX} lists already: sync an existing list, or ask the hub's operator for room"),
                     fx,
                 );
-            }
-            if let Some(conn) = self.conns.get(&c) {
-                if !conn.docs.contains(&doc_id) && conn.docs.len() >= DOCS_PER_CONN_MAX {
-                    return self.fail(
-                        c,
-                        1008,
-                        "docs_per_conn_limit",
-                        format!("one connection may sync {DOCS_PER_CONN_MAX} lists at most"),
-                        fx,
-                    );
-                }
             }
             if !self.take_creation(now_ms, c) {
                 let (burst, per_minute) = self.config.list_creations;
@@ -1137,15 +1140,6 @@ impl HubCore {
             );
         }
         if let Some(conn) = self.conns.get_mut(&c) {
-            if !conn.docs.contains(&doc_id) && conn.docs.len() >= DOCS_PER_CONN_MAX {
-                return self.fail(
-                    c,
-                    1008,
-                    "docs_per_conn_limit",
-                    format!("one connection may sync {DOCS_PER_CONN_MAX} lists at most"),
-                    fx,
-                );
-            }
             conn.docs.insert(doc_id);
         }
         let brought_earlier = self

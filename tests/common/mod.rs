@@ -321,40 +321,9 @@ pub fn planned() -> TodoList {
     lead
 }
 
-/// Runs `tests/js/repo_client.mjs` (the real automerge-repo client) against the hub at
-/// `url` on list `doc`, and returns its JSON report (`{"before", "after"}`).
-pub async fn run_js_repo_client(
-    url: &str,
-    doc: swarmtodo::hub::wire::DocumentId,
-) -> serde_json::Value {
-    let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
-    assert!(
-        js.join("node_modules/@automerge/automerge-repo").exists(),
-        "the JS peer is not installed: run `npm install --prefix tests/js` (.ci/run does)"
-    );
-    let url = url.to_owned();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(js.join("repo_client.mjs"))
-            .arg(&url)
-            .arg(doc.to_string())
-            .output()
-            .expect("node must be installed")
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "JS client failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// Runs the script `tests/js/<script>` with `args` under node and returns the JSON it
-/// prints (a hostile or helper peer made of the real automerge-repo).
-pub async fn run_js(script: &str, args: &[String]) -> serde_json::Value {
+/// Runs `tests/js/<script>` under node with `args` and the environment `envs`, off the
+/// runtime, and returns what it did (the real automerge-repo peers of `tests/js`).
+pub async fn node(script: &str, args: &[String], envs: &[(&str, &str)]) -> std::process::Output {
     let js = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
     assert!(
         js.join("node_modules/@automerge/automerge-repo").exists(),
@@ -362,25 +331,50 @@ pub async fn run_js(script: &str, args: &[String]) -> serde_json::Value {
     );
     let script = js.join(script);
     let args = args.to_vec();
-    let out = tokio::task::spawn_blocking(move || {
+    let envs: Vec<(String, String)> = envs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    tokio::task::spawn_blocking(move || {
         Command::new("node")
             .arg(&script)
             .args(&args)
+            .envs(envs)
             .output()
             .expect("node must be installed")
     })
     .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "JS peer failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
+    .unwrap()
+}
+
+/// The JSON a node peer printed; panics with what it printed otherwise.
+pub fn printed_json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "JS peer printed no JSON ({e}): {}",
             String::from_utf8_lossy(&out.stdout)
         )
     })
+}
+
+/// Runs `tests/js/repo_client.mjs` (the real automerge-repo client) against the hub at
+/// `url` on list `doc`, and returns its JSON report (`{"before", "after"}`).
+pub async fn run_js_repo_client(
+    url: &str,
+    doc: swarmtodo::hub::wire::DocumentId,
+) -> serde_json::Value {
+    run_js("repo_client.mjs", &[url.to_owned(), doc.to_string()]).await
+}
+
+/// Runs the script `tests/js/<script>` with `args` under node and returns the JSON it
+/// prints (a hostile or helper peer made of the real automerge-repo).
+pub async fn run_js(script: &str, args: &[String]) -> serde_json::Value {
+    let out = node(script, args, &[]).await;
+    assert!(
+        out.status.success(),
+        "JS peer failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    printed_json(&out)
 }
