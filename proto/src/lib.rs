@@ -15,6 +15,8 @@
 //! assert!(serde_json::from_str::<Task>(r#"{"id":"t1","content":"x","status":"done"}"#).is_err());
 //! ```
 
+pub mod wire;
+
 use std::fmt;
 use std::str::FromStr;
 

@@ -1,0 +1,270 @@
+//! Between the core's [`Commit`](swarmtodo_core::hub::Commit)s and the store.
+
+use std::collections::BTreeSet;
+
+use automerge::ActorId;
+
+use crate::{Batch, ChangeRecord, Db, DocId, NewEvent, Store, StoreError};
+use swarmtodo_core::hub::{Commit, HubCore, StoredList};
+use swarmtodo_core::model::TodoList;
+use swarmtodo_proto::wire::DocumentId;
+
+/// The store's id of a document.
+pub fn doc_id(d: &DocumentId) -> DocId {
+    DocId(*d.as_bytes())
+}
+
+/// The JSON stored for an event: its time and body (the store adds the `seq`).
+#[derive(Debug, serde::Serialize)]
+struct StoredBody<'a> {
+    at_ms: i64,
+    #[serde(flatten)]
+    body: &'a swarmtodo_proto::EventBody,
+}
+
+fn kind(body: &swarmtodo_proto::EventBody) -> &'static str {
+    use swarmtodo_proto::EventBody::*;
+    match body {
+        TasksChanged { .. } => "tasks_changed",
+        Violation(_) => "violation",
+        Conflict(_) => "conflict",
+        Repaired { .. } => "repaired",
+    }
+}
+
+/// Makes several commits durable in one transaction (one write to disk). Returns, per
+/// commit in order, its events' sequence numbers — or why the store refused it for its
+/// own content (a record over a store limit): such a commit is left out and the others
+/// are stored. An error of the store itself (I/O, SQLite) is the `Err`.
+pub async fn commit_all(
+    store: &Store,
+    known: &mut BTreeSet<DocumentId>,
+    commits: &[Commit],
+    now_ms: i64,
+) -> Result<Vec<Result<Vec<u64>, StoreError>>, StoreError> {
+    let mut merges = Vec::with_capacity(commits.len());
+    let mut out: Vec<Result<Vec<u64>, StoreError>> = Vec::with_capacity(commits.len());
+    for commit in commits {
+        let b = match batch(commit, now_ms).and_then(|b| b.check().map(|()| b)) {
+            Ok(b) => b,
+            Err(e) => {
+                out.push(Err(e));
+                continue;
+            }
+        };
+        if !known.contains(&commit.doc) {
+            store
+                .create_or_get_list(commit.doc.to_string(), doc_id(&commit.doc))
+                .await?;
+            known.insert(commit.doc);
+        }
+        merges.push((doc_id(&commit.doc), b));
+        out.push(Ok(Vec::new()));
+    }
+    let mut stored = store.commit_merges(merges).await?.into_iter();
+    for slot in out.iter_mut().filter(|r| r.is_ok()) {
+        if let Some(c) = stored.next() {
+            *slot = Ok(c.seqs);
+        }
+    }
+    Ok(out)
+}
+
+/// The store's batch for one commit: its changes, its events stamped `now_ms`, its keys.
+fn batch(commit: &Commit, now_ms: i64) -> Result<Batch, StoreError> {
+    let events = commit
+        .events
+        .iter()
+        .map(|body| {
+            NewEvent::new(
+                kind(body),
+                &StoredBody {
+                    at_ms: now_ms,
+                    body,
+                },
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Batch {
+        changes: commit
+            .changes
+            .iter()
+            .map(ChangeRecord::from_change)
+            .collect(),
+        events,
+        reported: commit.reported.clone(),
+    })
+}
+
+/// [`commit`] on a synchronous [`Db`], for code without a runtime (the simulation):
+/// the same rows as the hub writes.
+pub fn commit_sync(
+    db: &mut Db,
+    known: &mut BTreeSet<DocumentId>,
+    commit: &Commit,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let doc = doc_id(&commit.doc);
+    if !known.contains(&commit.doc) {
+        db.create_or_get_list(&commit.doc.to_string(), doc)?;
+        known.insert(commit.doc);
+    }
+    db.commit_merge(doc, &batch(commit, now_ms)?)?;
+    Ok(())
+}
+
+/// The lists of a synchronous [`Db`], told to the core (which loads each when a peer
+/// asks for it: [`load_sync`]).
+pub fn stored_sync(db: &Db, core: &mut HubCore) -> Result<BTreeSet<DocumentId>, StoreError> {
+    let known: BTreeSet<DocumentId> = db
+        .list_docs()?
+        .into_iter()
+        .map(|d| DocumentId::from_bytes(d.0))
+        .collect();
+    core.set_stored(known.iter().copied());
+    Ok(known)
+}
+
+/// [`load`] from a synchronous [`Db`].
+pub fn load_sync(
+    db: &Db,
+    id: DocumentId,
+    actor: ActorId,
+) -> Result<Option<StoredList>, StoreError> {
+    let doc = doc_id(&id);
+    let loaded = match db.load(doc) {
+        Ok(Some(l)) => l,
+        Ok(None) | Err(StoreError::UnknownList(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let since_compaction = loaded.changes.len();
+    Ok(Some(StoredList {
+        list: TodoList::from_doc(loaded.rebuild()?.with_actor(actor)),
+        reported: db.reported(doc)?,
+        since_compaction,
+    }))
+}
+
+/// [`reload`] from a synchronous [`Db`].
+pub fn reload_sync(db: &Db, core: &mut HubCore, id: DocumentId) -> Result<(), StoreError> {
+    let doc = doc_id(&id);
+    let loaded = match db.load(doc) {
+        Ok(Some(l)) => l,
+        Ok(None) | Err(StoreError::UnknownList(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    core.load_doc(id, loaded.rebuild()?, db.reported(doc)?);
+    Ok(())
+}
+
+/// The stored lists, told to the core (which loads each when a peer asks for it:
+/// [`load`]). Returns their ids.
+pub async fn stored(store: &Store, core: &mut HubCore) -> Result<BTreeSet<DocumentId>, StoreError> {
+    let known: BTreeSet<DocumentId> = store
+        .list_docs()
+        .await?
+        .into_iter()
+        .map(|d| DocumentId::from_bytes(d.0))
+        .collect();
+    core.set_stored(known.iter().copied());
+    tracing::info!(lists = known.len(), "lists stored (loaded when asked for)");
+    Ok(known)
+}
+
+/// One list from the store, rebuilt (off the runtime), with the authority's reported
+/// keys; `None` when nothing is stored for it.
+pub async fn load(
+    store: &Store,
+    id: DocumentId,
+    actor: ActorId,
+) -> Result<Option<StoredList>, StoreError> {
+    let doc = doc_id(&id);
+    let loaded = match store.load(doc).await {
+        Ok(Some(l)) => l,
+        Ok(None) | Err(StoreError::UnknownList(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let since_compaction = loaded.changes.len();
+    // Rebuilding and indexing cost the document's size: off the runtime.
+    let list = tokio::task::spawn_blocking(move || {
+        loaded
+            .rebuild()
+            .map(|doc| TodoList::from_doc(doc.with_actor(actor)))
+    })
+    .await
+    .map_err(|_| StoreError::Closed)??;
+    let reported = store.reported(doc).await?;
+    Ok(Some(StoredList {
+        list,
+        reported,
+        since_compaction,
+    }))
+}
+
+/// Reloads one list from the store into the core (after its in-memory state was
+/// dropped). A list with nothing stored yet is simply forgotten.
+pub async fn reload(store: &Store, core: &mut HubCore, id: DocumentId) -> Result<(), StoreError> {
+    let doc = doc_id(&id);
+    let loaded = match store.load(doc).await {
+        Ok(Some(l)) => l,
+        Ok(None) | Err(StoreError::UnknownList(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let rebuilt = tokio::task::spawn_blocking(move || loaded.rebuild())
+        .await
+        .map_err(|_| StoreError::Closed)??;
+    let reported = store.reported(doc).await?;
+    core.load_doc(id, rebuilt, reported);
+    tracing::info!(doc = %id, "list reloaded");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+
+    use super::*;
+    use crate::REPORTED_KEY_BYTES_MAX;
+
+    fn commit(doc: DocumentId, key: String) -> Commit {
+        Commit {
+            doc,
+            notify: std::sync::Arc::from([]),
+            changes: Vec::new(),
+            events: Vec::new(),
+            reported: vec![key],
+        }
+    }
+
+    /// A commit the store refuses for its own content is left out; the others of the
+    /// same transaction are stored (the hub then isolates only that list).
+    #[tokio::test]
+    async fn a_refused_commit_leaves_the_others_of_its_batch_stored() {
+        let dir = std::env::temp_dir().join(format!("swarmtodo-persist-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(dir.join("hub.db")).await.unwrap();
+        let (good, bad) = (
+            DocumentId::from_bytes([1; 16]),
+            DocumentId::from_bytes([2; 16]),
+        );
+        let commits = [
+            commit(bad, "k".repeat(REPORTED_KEY_BYTES_MAX + 1)),
+            commit(good, "fine".to_owned()),
+        ];
+        let mut known = BTreeSet::new();
+        let out = commit_all(&store, &mut known, &commits, 1).await.unwrap();
+        assert!(
+            matches!(out[0], Err(StoreError::TooLarge { .. })),
+            "{out:?}"
+        );
+        assert!(out[1].is_ok(), "{out:?}");
+        assert_eq!(store.reported(doc_id(&good)).await.unwrap(), ["fine"]);
+        assert!(
+            !known.contains(&bad),
+            "nothing of the refused list was stored"
+        );
+        store.close().await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
