@@ -15,37 +15,20 @@
 //! assert!(serde_json::from_str::<Task>(r#"{"id":"t1","content":"x","status":"done"}"#).is_err());
 //! ```
 
+pub mod limits;
 pub mod wire;
+
+pub use self::limits::{
+    AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, EVENT_VALUE_BYTES_MAX, EXPLANATION_BYTES_MAX,
+    LIST_TASKS_MAX, TASKS_CHANGED_HASHES_MAX, TASK_ID_BYTES_MAX, TASK_TEXT_BYTES_MAX,
+    VIOLATION_TASKS_MAX, WRITE_OPS_MAX,
+};
 
 use std::fmt;
 use std::str::FromStr;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-/// Longest task id accepted, in bytes.
-pub const TASK_ID_BYTES_MAX: usize = 128;
-/// Longest `content` or `active_form`, in bytes.
-pub const TASK_TEXT_BYTES_MAX: usize = 4 * 1024;
-/// Longest agent id (owner), in bytes.
-pub const AGENT_ID_BYTES_MAX: usize = 128;
-/// Most dependencies one task may name.
-pub const BLOCKED_BY_COUNT_MAX: usize = 64;
-/// Most tasks in one list.
-pub const LIST_TASKS_MAX: usize = 10_000;
-/// Most change hashes one `tasks_changed` event lists (the last ones of its merge).
-pub const TASKS_CHANGED_HASHES_MAX: usize = 1_024;
-/// Most tasks (and as many values, agents and changes) one violation or conflict lists:
-/// a violation over thousands of tasks names the first of them and counts all
-/// (`tasks_total`), so that every event the hub stores and sends has a bounded size.
-pub const VIOLATION_TASKS_MAX: usize = 64;
-/// Longest text value an event quotes, in bytes (a longer one is cut at a character
-/// boundary and ends with `…`).
-pub const EVENT_VALUE_BYTES_MAX: usize = TASK_TEXT_BYTES_MAX;
-/// Most operations in one `todo_write` (patch ops or replace tasks).
-pub const WRITE_OPS_MAX: usize = LIST_TASKS_MAX;
-/// Longest `explanation`, in bytes.
-pub const EXPLANATION_BYTES_MAX: usize = 1024;
 
 /// Where a task stands.
 #[derive(

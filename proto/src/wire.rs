@@ -37,41 +37,16 @@ use std::str::FromStr;
 use minicbor::data::Type;
 use minicbor::Decoder;
 
+pub use crate::limits::{
+    DOCUMENT_ID_TEXT_BYTES_MAX, ERROR_TEXT_BYTES_MAX, HEADS_COUNT_MAX, HEAD_TEXT_BYTES_MAX,
+    KEY_BYTES_MAX, MAP_ENTRIES_COUNT_MAX, MESSAGE_BYTES_MAX, NESTING_DEPTH_MAX, PEER_ID_BYTES_MAX,
+    PROTOCOL_VERSIONS_COUNT_MAX, PROTOCOL_VERSION_BYTES_MAX, SESSION_ID_BYTES_MAX,
+    STORAGE_IDS_COUNT_MAX, STORAGE_ID_BYTES_MAX, TYPE_BYTES_MAX,
+};
+
 /// The only automerge-repo network protocol version this codec speaks.
 pub const PROTOCOL_VERSION: &str = "1";
 
-/// Largest wire message (one WebSocket frame) [`decode`] accepts. A sync message
-/// carrying a whole document has to fit; anything larger is refused before parsing.
-pub const MESSAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
-/// Largest peer id. JS peer ids are short random strings; samod's are `peer-<u64>`.
-pub const PEER_ID_BYTES_MAX: usize = 256;
-/// Largest storage id. automerge-repo storage ids are UUID strings (36 bytes).
-pub const STORAGE_ID_BYTES_MAX: usize = 256;
-/// Largest document id text (`automerge:` + base58check of 20 bytes is 38 bytes).
-/// Checked before base58 decoding, whose cost grows with the square of the length.
-pub const DOCUMENT_ID_TEXT_BYTES_MAX: usize = 64;
-/// Largest `type` value; every known type is shorter.
-pub const TYPE_BYTES_MAX: usize = 64;
-/// Largest protocol version string.
-pub const PROTOCOL_VERSION_BYTES_MAX: usize = 32;
-/// Most entries in `supportedProtocolVersions`.
-pub const PROTOCOL_VERSIONS_COUNT_MAX: usize = 16;
-/// Largest ephemeral `sessionId`.
-pub const SESSION_ID_BYTES_MAX: usize = 256;
-/// Largest `message` of an `error` message.
-pub const ERROR_TEXT_BYTES_MAX: usize = 4096;
-/// Most storage ids in `add`, `remove` or `newHeads`.
-pub const STORAGE_IDS_COUNT_MAX: usize = 1024;
-/// Most heads per storage id in `newHeads`.
-pub const HEADS_COUNT_MAX: usize = 1024;
-/// Largest encoded head in `newHeads` (base58check or base64 of a 32-byte hash).
-pub const HEAD_TEXT_BYTES_MAX: usize = 128;
-/// Most entries in any one map, known and unknown fields together.
-pub const MAP_ENTRIES_COUNT_MAX: usize = 64;
-/// Largest map key.
-pub const KEY_BYTES_MAX: usize = 256;
-/// Deepest nesting of maps, arrays and tags; the message map itself is depth 1.
-pub const NESTING_DEPTH_MAX: usize = 16;
 /// Largest integer a JS number holds exactly (2^53 − 1); floats above are refused.
 pub const JS_SAFE_INTEGER_MAX: u64 = (1 << 53) - 1;
 
@@ -81,8 +56,6 @@ pub const DOCUMENT_ID_BYTES: usize = 16;
 pub const AUTOMERGE_URL_PREFIX: &str = "automerge:";
 
 const _: () = assert!(DOCUMENT_ID_TEXT_BYTES_MAX >= AUTOMERGE_URL_PREFIX.len() + 28);
-const _: () = assert!(NESTING_DEPTH_MAX >= 5, "newHeads needs five levels");
-const _: () = assert!(MAP_ENTRIES_COUNT_MAX >= 8, "ephemeral has seven fields");
 
 /// Why an id was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,6 +6,7 @@
 //!   (docs/DESIGN.md §4).
 //! - [`syncmsg`]: validation of Automerge sync messages before Automerge sees them.
 //! - [`hub`]: the hub core: messages in, effects (commit, send, close) out.
+//! - [`limits`]: every limit of the core in one place.
 //!
 //! Architecture invariant: this crate does no I/O, reads no clock and draws no random
 //! numbers; time and randomness come in as arguments. Its dependencies say so: no tokio,
@@ -13,7 +14,9 @@
 #![warn(missing_docs)]
 
 pub mod authority;
+mod format;
 pub mod hub;
+pub mod limits;
 pub mod model;
 pub mod syncmsg;
 

@@ -38,83 +38,16 @@
 
 use automerge::sync::Message;
 
-/// Largest sync message. It travels inside one wire message, so it can be no larger.
-pub const SYNC_MESSAGE_BYTES_MAX: usize = crate::proto::wire::MESSAGE_BYTES_MAX;
-/// Most hashes in `heads`, in `need` and in each `lastSync`. A document has as many
-/// heads as concurrent branches not yet merged; a thousand is already pathological.
-pub const HEADS_COUNT_MAX: usize = 1024;
-/// Most `have` entries. automerge sends zero or one.
-pub const HAVE_COUNT_MAX: usize = 8;
-/// Largest Bloom filter. automerge spends 10 bits per change, so 2 MiB summarises
-/// about 1.6 million changes.
-pub const BLOOM_BYTES_MAX: usize = 2 * 1024 * 1024;
-/// Most change chunks in one message. A first sync without V2 messages sends every
-/// change of the document as its own chunk.
-pub const CHANGES_COUNT_MAX: usize = 65_536;
-/// Largest single chunk as sent, and largest compressed change after inflation. A V2
-/// message carries the whole document as one chunk.
-pub const CHANGE_BYTES_MAX: usize = 4 * 1024 * 1024;
-/// Most bytes all DEFLATE streams of one message may inflate to. automerge compresses
-/// columns by a few times; a DEFLATE bomb reaches 1032 times.
-pub const INFLATED_BYTES_MAX: usize = 64 * 1024 * 1024;
+pub use crate::limits::{
+    BLOOM_BITS_PER_ENTRY_MAX, BLOOM_BYTES_HARD_MAX, BLOOM_BYTES_MAX, BLOOM_PROBES_MAX,
+    CHANGES_COUNT_MAX, CHANGE_BYTES_MAX, COLUMNS_COUNT_MAX, HAVE_COUNT_MAX, HEADS_COUNT_MAX,
+    INFLATED_BYTES_MAX, OPS_PER_CHANGE_MAX, OPS_PER_MESSAGE_MAX, SYNC_MESSAGE_BYTES_MAX,
+};
 
-/// Most bits per entry in a Bloom filter. automerge uses 10.
-pub const BLOOM_BITS_PER_ENTRY_MAX: u32 = 32;
-/// Most probes per hash in a Bloom filter. automerge uses 7; `generate_sync_message`
-/// allocates and computes this many per change of the document.
-pub const BLOOM_PROBES_MAX: u32 = 32;
-/// Bloom filters above this size are refused whatever [`Limits`] say: automerge
-/// computes probe positions as `u32` over `8 × bytes`, which overflows from 2^29
-/// bytes, and adds two of them, which overflows from 2^28.
-pub const BLOOM_BYTES_HARD_MAX: usize = (1 << 28) - 1;
-/// Most columns in one chunk. automerge's formats define fewer than 32.
-pub const COLUMNS_COUNT_MAX: u64 = 128;
-/// Most ops one change may declare, and most predecessors its ops may name together.
-///
-/// automerge reads a change op by op (`Change::from_bytes` walks them all before it
-/// returns; applying then builds each one), and run-length encoding lets a few bytes
-/// declare any number, so the count needs a bound of its own. Bytes cannot give one: a
-/// change that deletes a long run of list elements is a few dozen bytes whatever its
-/// length. A change of a todo list has a handful to a few thousand ops; the largest
-/// write the protocol allows ([`WRITE_OPS_MAX`](crate::proto::WRITE_OPS_MAX) tasks, each
-/// a map with seven fields and up to
-/// [`BLOCKED_BY_COUNT_MAX`](crate::proto::BLOCKED_BY_COUNT_MAX) dependencies) has about
-/// 750,000, and a peer must be able to send what it was allowed to write. At 2^20, one
-/// change costs automerge about 0.3 s to read and 2.5 s to apply (release build).
-pub const OPS_PER_CHANGE_MAX: usize = 1 << 20;
-/// Most ops all chunks of one message may declare together, counting each predecessor
-/// (or successor) an op names and each change of a document or bundle chunk as one
-/// more: automerge decodes and allocates each of them.
-///
-/// Without it, [`CHANGES_COUNT_MAX`] changes each within [`OPS_PER_CHANGE_MAX`] would
-/// add up to 2^36. A first sync carries the whole document (as one chunk, or as all of
-/// its changes), so this is also the largest document a peer can hand the hub at once:
-/// room for 400 ops of history for each task of the largest list
-/// ([`LIST_TASKS_MAX`](crate::proto::LIST_TASKS_MAX)), or four of the largest changes.
-pub const OPS_PER_MESSAGE_MAX: usize = 1 << 22;
-
-const _: () = assert!(SYNC_MESSAGE_BYTES_MAX <= crate::proto::wire::MESSAGE_BYTES_MAX);
-const _: () = assert!(BLOOM_BYTES_MAX <= BLOOM_BYTES_HARD_MAX);
-const _: () = assert!(CHANGE_BYTES_MAX <= SYNC_MESSAGE_BYTES_MAX);
-const _: () = assert!(INFLATED_BYTES_MAX >= CHANGE_BYTES_MAX);
-const _: () = assert!(OPS_PER_CHANGE_MAX <= OPS_PER_MESSAGE_MAX);
-// The largest write: for each task, its map, its 7 fields, its dependency list and that
-// list's entries; and the removal of a task it replaces.
-const _: () = assert!(
-    OPS_PER_CHANGE_MAX
-        >= crate::proto::WRITE_OPS_MAX * (1 + 7 + 1 + crate::proto::BLOCKED_BY_COUNT_MAX + 1)
-);
-const _: () = assert!(OPS_PER_MESSAGE_MAX >= 400 * crate::proto::LIST_TASKS_MAX);
-
-const MESSAGE_TYPE_SYNC_V1: u8 = 0x42;
-const MESSAGE_TYPE_SYNC_V2: u8 = 0x43;
-const HASH_BYTES: usize = 32;
-const CHUNK_MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
-const CHUNK_CHECKSUM_BYTES: usize = 4;
-const CHUNK_TYPE_DOCUMENT: u8 = 0;
-const CHUNK_TYPE_CHANGE: u8 = 1;
-const CHUNK_TYPE_COMPRESSED: u8 = 2;
-const CHUNK_TYPE_BUNDLE: u8 = 3;
+use crate::format::{
+    CHUNK_CHECKSUM_BYTES, CHUNK_MAGIC, CHUNK_TYPE_BUNDLE, CHUNK_TYPE_CHANGE, CHUNK_TYPE_COMPRESSED,
+    CHUNK_TYPE_DOCUMENT, HASH_BYTES, MESSAGE_TYPE_SYNC_V1, MESSAGE_TYPE_SYNC_V2,
+};
 /// Bit of a column specification that marks DEFLATE-compressed column data.
 const COLUMN_DEFLATE_BIT: u32 = 0b1000;
 /// Bits of a column specification that give the column's type.

@@ -48,6 +48,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use automerge::{ObjId as ExId, ReadDoc};
 
+pub use crate::limits::REPAIR_ROUNDS_MAX;
+
 use crate::model::{
     clip, clip_written, field, normalize_priority, normalize_status, status_alias, ChangeInfo,
     FieldValue, Merge, ModelError, OpKey, RawTask, RootValue, TaskDelta, TodoList, Writes,
@@ -58,10 +60,6 @@ use crate::proto::{
     AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, LIST_TASKS_MAX, TASK_ID_BYTES_MAX,
     TASK_TEXT_BYTES_MAX, VIOLATION_TASKS_MAX,
 };
-
-/// Most check → repair → check rounds for one merge. A repair only writes valid values,
-/// so the second round finds nothing; the bound makes a bug a reported stop, not a loop.
-pub const REPAIR_ROUNDS_MAX: usize = 4;
 
 /// What to do about a rule's violations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

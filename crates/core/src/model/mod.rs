@@ -62,13 +62,11 @@ pub use crate::proto::{
 pub use self::doc::field;
 pub(crate) use self::doc::{value_json, OpKey, ROOT_ACTOR, TASK_ENTRY};
 pub(crate) use self::index::Index;
+pub use crate::limits::PENDING_CHANGES_MAX;
 use crate::proto::{
     AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, EVENT_VALUE_BYTES_MAX, TASK_ID_BYTES_MAX,
     TASK_TEXT_BYTES_MAX,
 };
-
-/// Most changes held back waiting for their dependencies before a replica refuses more.
-pub const PENDING_CHANGES_MAX: usize = 10_000;
 
 /// Errors of the replica that are not a refused write: broken documents and transport
 /// mistakes. A refused write is an [`ApiError`].
@@ -443,8 +441,8 @@ pub struct TodoList {
     /// Changes received before their dependencies; applied when those arrive.
     pending: Vec<Change>,
     /// The last changes applied, for sync without walking the history.
-    recent: sync::Recent,
-    /// Sync steps answered from `recent` and by the stock functions.
+    window: sync::SyncWindow,
+    /// Sync steps answered from `window` and by the stock functions.
     sync_counters: sync::Counters,
 }
 
@@ -471,12 +469,12 @@ impl TodoList {
     /// Wraps an existing document (loaded, or received from a peer).
     pub fn from_doc(doc: Automerge) -> TodoList {
         let index = Index::build(&doc);
-        let recent = sync::Recent::of(&doc);
+        let window = sync::SyncWindow::of(&doc);
         TodoList {
             doc,
             index,
             pending: Vec::new(),
-            recent,
+            window,
             sync_counters: Default::default(),
         }
     }
@@ -493,7 +491,7 @@ impl TodoList {
             doc: self.doc.fork().with_actor(actor),
             index: self.index.clone(),
             pending: self.pending.clone(),
-            recent: self.recent.clone(),
+            window: self.window.clone(),
             sync_counters: Default::default(),
         }
     }
@@ -531,8 +529,8 @@ impl TodoList {
     /// The current heads (the sync window's when it is in step: automerge collects and
     /// sorts them on every call).
     pub fn heads(&self) -> Vec<ChangeHash> {
-        if self.recent.in_step(&self.doc) {
-            self.recent.heads().to_vec()
+        if self.window.in_step(&self.doc) {
+            self.window.heads().to_vec()
         } else {
             self.doc.get_heads()
         }
@@ -763,7 +761,7 @@ impl TodoList {
             }
         }
         self.pending = waiting;
-        self.recent.record(&self.doc, applied.iter());
+        self.window.record(&self.doc, applied.iter());
         let mut merge = self.index.absorb(&self.doc, &applied);
         merge.rejected = rejected;
         Ok(merge)
@@ -827,7 +825,7 @@ impl TodoList {
         }
         let before = self.heads();
         let merge = self.apply_changes(changes)?;
-        match sync::receive_state(&self.doc, &self.recent, state, sent, message, &before) {
+        match sync::receive_state(&self.doc, &self.window, state, sent, message, &before) {
             Ok(()) => {
                 self.sync_counters.count(true);
                 Ok(Ok(merge))
@@ -947,7 +945,7 @@ impl TodoList {
         };
         let settled =
             have.len() == 1 && have[0].last_sync == *heads && have[0].bloom.to_bytes().is_empty();
-        if settled || heads.iter().any(|h| !self.recent.has_change(&self.doc, h)) {
+        if settled || heads.iter().any(|h| !self.window.has_change(&self.doc, h)) {
             return false;
         }
         state.their_have = Some(vec![automerge::sync::Have {
@@ -965,25 +963,25 @@ impl TodoList {
         &mut self,
         states: impl Iterator<Item = &'a automerge::sync::State>,
     ) {
-        self.recent.keep_for(states);
+        self.window.keep_for(states);
     }
 
     /// Changes in the recent-changes window.
     pub fn window_len(&self) -> usize {
-        self.recent.len()
+        self.window.len()
     }
 
     /// A window position before which every change is an ancestor of `heads` (`None`:
     /// the window cannot tell): a peer whose heads these are has every change this
     /// replica had when its window ended there ([`TodoList::window_end`]).
     pub fn window_covered_by(&self, heads: &[automerge::ChangeHash]) -> Option<u64> {
-        self.recent.low_of_deps(heads)
+        self.window.low_of_deps(heads)
     }
 
     /// Where the next change applied will stand in the recent-changes window: taken
     /// when a peer's message has been received, it tells the changes applied since.
     pub fn window_end(&self) -> u64 {
-        self.recent.end()
+        self.window.end()
     }
 
     /// [`TodoList::generate_sync_message`] for a peer whose last message was received
@@ -1013,7 +1011,7 @@ impl TodoList {
         let mut cut = None;
         let window = sync::generate(
             &self.doc,
-            &self.recent,
+            &self.window,
             &self.pending,
             state,
             sent,
@@ -1130,7 +1128,7 @@ impl TodoList {
     ) -> Option<automerge::sync::Message> {
         // Automerge's own queue is always empty here (see `apply_changes`).
         let waiting = (!self.pending.is_empty())
-            .then(|| sync::need_and_have(&self.doc, &self.recent, &self.pending, state));
+            .then(|| sync::need_and_have(&self.doc, &self.window, &self.pending, state));
         let mut m = automerge::sync::SyncDoc::generate_sync_message(&self.doc, state)?;
         if let Some((need, have)) = waiting {
             m.need = need;
@@ -1279,7 +1277,7 @@ impl TodoList {
         let Some(change) = self.doc.get_last_local_change() else {
             return Ok(Merge::default());
         };
-        self.recent.record(&self.doc, std::iter::once(&change));
+        self.window.record(&self.doc, std::iter::once(&change));
         Ok(self.index.absorb(&self.doc, &[change]))
     }
 
@@ -1364,7 +1362,7 @@ impl TodoList {
         let Some(change) = self.doc.get_last_local_change() else {
             return Ok(Merge::default());
         };
-        self.recent.record(&self.doc, std::iter::once(&change));
+        self.window.record(&self.doc, std::iter::once(&change));
         Ok(self.index.absorb(&self.doc, &[change]))
     }
 }
@@ -1427,10 +1425,7 @@ fn write_raw(
     Ok(())
 }
 
-/// Magic bytes that open every Automerge storage chunk.
-const CHUNK_MAGIC: [u8; 4] = [0x85, 0x6f, 0x4a, 0x83];
-/// Storage chunk type of a whole (or partial) document.
-const CHUNK_TYPE_DOCUMENT: u8 = 0;
+use crate::format::{CHUNK_MAGIC, CHUNK_TYPE_DOCUMENT};
 
 /// The changes in one entry of a sync message's change list. Depending on the sender's
 /// version that is one change, several changes one after the other, a bundle, or a

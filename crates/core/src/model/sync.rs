@@ -4,7 +4,7 @@
 //! every message (`filter_changes` → `remove_ancestors`), even an acknowledgement that
 //! carries nothing, and `generate_sync_message` recomputes "the changes since the
 //! shared heads" from the change graph (`get_hashes`) for every peer. Both grow with
-//! the history. Here the same algorithm runs over [`Recent`]: the last
+//! the history. Here the same algorithm runs over [`SyncWindow`]: the last
 //! [`SYNC_WINDOW_CHANGES`] changes this replica applied, in the order it applied them,
 //! with the heads after each. The common cases — a peer acknowledging heads we had, one
 //! new change going to every peer that was up to date — are answered from the window;
@@ -34,32 +34,9 @@ type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use automerge::sync::{BloomFilter, ChunkList, Have, Message, MessageFlags, MessageVersion, State};
 use automerge::{Automerge, Change, ChangeHash};
 
-/// Changes the sync window remembers per list (≈0.5 KiB each: the change's bytes, its
-/// hash and the heads after it) when no peer needs older ones. A peer whose shared
-/// heads are older than the window is synced by the stock path, whose cost follows the
-/// history.
-pub const SYNC_WINDOW_CHANGES: usize = 1_024;
-
-/// Changes the window may hold while a peer still needs them (`TodoList::keep_window_for`):
-/// an overloaded hub's acknowledgements arrive late, so its peers' shared heads fall
-/// behind by the hub's backlog. With a fixed window they fell out of it at 2,000
-/// offered writes/s in the side-by-side bench, every acknowledgement then walked the
-/// whole history, and the hub never caught up again. Past this many the oldest go
-/// whatever a peer needs (≈8 MiB for the list while it lasts).
-pub const SYNC_WINDOW_CHANGES_MAX: usize = 16_384;
-
-/// Changes kept below the oldest shared head a peer stands at: the walk back from a
-/// set of heads (`Recent::since`) may pass a little below the lowest of them when
-/// writers were concurrent.
-pub const SYNC_WINDOW_FLOOR_SLACK: u64 = 64;
-
-/// Most bytes of changes in one sync message a replica generates (one larger change
-/// goes alone). More goes over several messages, oldest first, each answered by the
-/// peer before the next (see `TodoList::generate_sync_message`): a hub reads frames up
-/// to `FRAME_BYTES_MAX` (1 MiB), and this leaves room in one for the Bloom filter, the
-/// heads and the envelope. Concurrent writers' changes are ~0.5 KiB each, so this is
-/// about a thousand changes per message.
-pub const SYNC_CHANGES_BYTES_MAX: usize = 512 * 1024;
+pub use crate::limits::{
+    SYNC_CHANGES_BYTES_MAX, SYNC_WINDOW_CHANGES, SYNC_WINDOW_CHANGES_MAX, SYNC_WINDOW_FLOOR_SLACK,
+};
 
 /// How many sync steps took the window and how many fell back to the stock functions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -112,7 +89,7 @@ impl Clone for Counters {
 const NOT_IN_WINDOW: u64 = u64::MAX;
 
 /// Sets of heads up to this size are also looked up less one member when the window
-/// bounds their ancestry ([`Recent::low_of`]): a lookup each.
+/// bounds their ancestry ([`SyncWindow::low_of`]): a lookup each.
 const LOW_SUBSETS_MAX: usize = 16;
 
 /// One change of the window: what sync needs of it (its hash, its dependencies, its
@@ -121,7 +98,7 @@ const LOW_SUBSETS_MAX: usize = 16;
 #[derive(Debug, Clone)]
 struct Entry {
     hash: ChangeHash,
-    /// Its absolute position (see [`Recent::end`]).
+    /// Its absolute position (see [`SyncWindow::end`]).
     pos: u64,
     deps: Box<[ChangeHash]>,
     /// The positions of its dependencies ([`NOT_IN_WINDOW`] for those older than the
@@ -140,7 +117,7 @@ struct Entry {
 
 /// The last changes a replica applied, in order (see the module docs).
 #[derive(Debug)]
-pub(crate) struct Recent {
+pub(crate) struct SyncWindow {
     /// Which window this is, for [`SentIndex`]: positions are this window's own (a
     /// window that starts over, or a copy that goes its own way, takes a new one).
     epoch: u64,
@@ -158,23 +135,23 @@ pub(crate) struct Recent {
     keep_from: u64,
     /// The document's number of changes when its heads were last seen to be the
     /// window's. A history only grows, so while the number is the same the heads are
-    /// too: [`Recent::in_step`] without asking automerge for its heads (which collects
+    /// too: [`SyncWindow::in_step`] without asking automerge for its heads (which collects
     /// and sorts them: with concurrent writers, a hundred, several times per message).
     doc_changes: u64,
 }
 
-/// The last epoch given to a window ([`Recent::epoch`]; 0 is none).
+/// The last epoch given to a window ([`SyncWindow::epoch`]; 0 is none).
 static EPOCHS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn next_epoch() -> u64 {
     EPOCHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
 }
 
-impl Clone for Recent {
+impl Clone for SyncWindow {
     /// A copy with an epoch of its own: the copy goes its own way (a forked list), and a
     /// [`SentIndex`] made against one must not pass for the other's.
     fn clone(&self) -> Self {
-        Recent {
+        SyncWindow {
             epoch: next_epoch(),
             base_heads: self.base_heads.clone(),
             entries: self.entries.clone(),
@@ -187,12 +164,12 @@ impl Clone for Recent {
     }
 }
 
-impl Recent {
+impl SyncWindow {
     /// An empty window at `heads`, the heads of a document of `doc_changes` changes.
-    pub(crate) fn at(heads: Vec<ChangeHash>, doc_changes: u64) -> Recent {
+    pub(crate) fn at(heads: Vec<ChangeHash>, doc_changes: u64) -> SyncWindow {
         let mut by_heads = HashMap::default();
         by_heads.insert(heads.clone(), 0);
-        Recent {
+        SyncWindow {
             epoch: next_epoch(),
             base_heads: heads,
             entries: VecDeque::new(),
@@ -207,13 +184,13 @@ impl Recent {
     /// The window of a document just loaded or wrapped: all of its changes when they
     /// fit (a young list syncs its first peers without the stock path), else empty at
     /// its heads.
-    pub(crate) fn of(doc: &Automerge) -> Recent {
+    pub(crate) fn of(doc: &Automerge) -> SyncWindow {
         if change_count(doc) <= SYNC_WINDOW_CHANGES {
-            let mut r = Recent::at(Vec::new(), 0);
+            let mut r = SyncWindow::at(Vec::new(), 0);
             r.record(doc, doc.get_changes(&[]).iter());
             r
         } else {
-            Recent::at(doc.get_heads(), doc_change_count(doc))
+            SyncWindow::at(doc.get_heads(), doc_change_count(doc))
         }
     }
 
@@ -286,7 +263,7 @@ impl Recent {
         let now = doc.get_heads();
         if self.heads() != now.as_slice() {
             tracing::debug!("sync window out of step with the document; starting over");
-            *self = Recent::at(now, count);
+            *self = SyncWindow::at(now, count);
         } else {
             self.doc_changes = count;
         }
@@ -312,7 +289,7 @@ impl Recent {
         self.low_of(&key)
     }
 
-    /// [`Recent::low_of_deps`] for a sorted, deduplicated set of changes: a position
+    /// [`SyncWindow::low_of_deps`] for a sorted, deduplicated set of changes: a position
     /// before which every change is an ancestor of one of them.
     fn low_of(&self, sorted: &[ChangeHash]) -> Option<u64> {
         // Every change before that position is an ancestor, the set's own included:
@@ -349,7 +326,7 @@ impl Recent {
     /// Keeps the entries a peer in one of `states` may still need. For each peer, every
     /// set of heads the window may be asked about — what it shares with us, what it
     /// last said it synced, its heads — needs the window from where the changes stop
-    /// being all ancestors of that set ([`Recent::since`] walks back to there); what is
+    /// being all ancestors of that set ([`SyncWindow::since`] walks back to there); what is
     /// in flight to the peer is not older (a receive drops from it every ancestor of
     /// the peer's heads), but for changes it asked for by hash. The window keeps from the lowest of those, less
     /// [`SYNC_WINDOW_FLOOR_SLACK`]. Sets older than the window, and peers who share
@@ -633,31 +610,31 @@ impl Recent {
 /// the window started over), it is made again from the hashes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SentIndex {
-    /// The window the positions are of ([`Recent::epoch`]); 0: none yet.
+    /// The window the positions are of ([`SyncWindow::epoch`]); 0: none yet.
     epoch: u64,
     positions: Vec<u64>,
 }
 
 impl SentIndex {
     /// The positions of `state.sent_hashes`, made again from the hashes unless this
-    /// index is of `recent` and as long (the fast paths below keep both in step; a
+    /// index is of `window` and as long (the fast paths below keep both in step; a
     /// stock step drops the index: [`SentIndex::forget`]). `None` when a change
     /// in flight is not in the window.
-    fn of<'i>(&'i mut self, recent: &Recent, state: &State) -> Option<&'i [u64]> {
-        if self.epoch != recent.epoch || self.positions.len() != state.sent_hashes.len() {
+    fn of<'i>(&'i mut self, window: &SyncWindow, state: &State) -> Option<&'i [u64]> {
+        if self.epoch != window.epoch || self.positions.len() != state.sent_hashes.len() {
             self.epoch = 0;
             let mut positions: Vec<u64> = state
                 .sent_hashes
                 .iter()
-                .map(|h| recent.by_hash.get(h).copied())
+                .map(|h| window.by_hash.get(h).copied())
                 .collect::<Option<_>>()?;
             positions.sort_unstable();
             self.positions = positions;
-            self.epoch = recent.epoch;
+            self.epoch = window.epoch;
         }
         debug_assert!(
             self.positions.len() == state.sent_hashes.len()
-                && self.positions.iter().all(|&p| recent
+                && self.positions.iter().all(|&p| window
                     .hash_at(p)
                     .is_some_and(|h| state.sent_hashes.contains(&h))),
             "sent index out of step with sent_hashes"
@@ -679,34 +656,34 @@ impl SentIndex {
 /// stock function.
 pub(crate) fn receive_state(
     doc: &Automerge,
-    recent: &Recent,
+    window: &SyncWindow,
     state: &mut State,
     sent: &mut SentIndex,
     message: Message,
     before: &[ChangeHash],
 ) -> Result<(), Message> {
-    if !recent.in_step(doc) {
+    if !window.in_step(doc) {
         tracing::debug!(why = "window out of step", "receive: no window answer");
         return Err(message);
     }
     let known: Vec<ChangeHash> = message
         .heads
         .iter()
-        .filter(|h| recent.has_change(doc, h))
+        .filter(|h| window.has_change(doc, h))
         .copied()
         .collect();
     let Some(acknowledged) = sent
-        .of(recent, state)
-        .and_then(|positions| recent.ancestors_among(positions, &known))
+        .of(window, state)
+        .and_then(|positions| window.ancestors_among(positions, &known))
     else {
         tracing::debug!(
             why = "a change in flight is older than the window",
-            missing = state.sent_hashes.iter().filter(|h| !recent.by_hash.contains_key(h)).count(),
+            missing = state.sent_hashes.iter().filter(|h| !window.by_hash.contains_key(h)).count(),
             sent = state.sent_hashes.len(),
-            shared_pos = ?state.shared_heads.iter().map(|h| recent.by_hash.get(h).copied()).collect::<Vec<_>>(),
-            offset = recent.offset,
-            len = recent.entries.len(),
-            keep_from = recent.keep_from,
+            shared_pos = ?state.shared_heads.iter().map(|h| window.by_hash.get(h).copied()).collect::<Vec<_>>(),
+            offset = window.offset,
+            len = window.entries.len(),
+            keep_from = window.keep_from,
             "receive: no window answer"
         );
         return Err(message);
@@ -732,14 +709,14 @@ pub(crate) fn receive_state(
         }
         state.peer_read_only = flags.contains(MessageFlags::READ_ONLY);
     }
-    let after = recent.heads().to_vec();
+    let after = window.heads().to_vec();
     if !changes.is_empty() && !state.read_only {
         state.shared_heads = advance_heads(before, &after, &state.shared_heads);
     }
     // The stock function removes ancestors after a possible reset cleared the set.
     if !state.sent_hashes.is_empty() {
         for &p in &acknowledged {
-            if let Some(h) = recent.hash_at(p) {
+            if let Some(h) = window.hash_at(p) {
                 state.sent_hashes.remove(&h);
             }
         }
@@ -796,7 +773,7 @@ pub(crate) fn advance_heads(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn generate(
     doc: &Automerge,
-    recent: &Recent,
+    window: &SyncWindow,
     pending: &[Change],
     state: &mut State,
     sent: &mut SentIndex,
@@ -804,13 +781,13 @@ pub(crate) fn generate(
     budget: usize,
     cut: &mut Option<(usize, usize)>,
 ) -> Option<Option<Message>> {
-    if !recent.in_step(doc) {
+    if !window.in_step(doc) {
         return None;
     }
-    let our_heads = recent.heads().to_vec();
-    let (our_need, send_have) = need_and_have(doc, recent, pending, state);
+    let our_heads = window.heads().to_vec();
+    let (our_need, send_have) = need_and_have(doc, window, pending, state);
     if let Some(first) = state.their_have.as_ref().and_then(|h| h.first()) {
-        if !first.last_sync.iter().all(|h| recent.has_change(doc, h)) {
+        if !first.last_sync.iter().all(|h| window.has_change(doc, h)) {
             let mut flags = MessageFlags::new();
             flags.set(MessageFlags::SUPPORTS_SYNC_RESET);
             // Stock `Message::reset`.
@@ -834,7 +811,7 @@ pub(crate) fn generate(
         }
         let (need_part, since_part) = hashes_to_send(
             doc,
-            recent,
+            window,
             have,
             need,
             state.their_heads.as_deref(),
@@ -847,7 +824,7 @@ pub(crate) fn generate(
             .collect();
         // In flight already: by position when the index has them all (a lagging
         // peer has thousands, and the window's changes come in position order).
-        let since_part: Vec<&Entry> = match sent.of(recent, state) {
+        let since_part: Vec<&Entry> = match sent.of(window, state) {
             Some(positions) => {
                 let mut at = 0;
                 since_part
@@ -874,7 +851,7 @@ pub(crate) fn generate(
         }
         let mut changes: Vec<&Entry> = need_part
             .iter()
-            .map(|h| recent.entry(h))
+            .map(|h| window.entry(h))
             .collect::<Option<_>>()?;
         changes.extend(since_part);
         if changes.iter().map(|e| e.bytes.len()).sum::<usize>() > budget {
@@ -908,7 +885,7 @@ pub(crate) fn generate(
     }
     let our_have = if send_have {
         let bloom = BloomFilter::from_hashes(
-            recent
+            window
                 .since(&state.shared_heads)
                 .or_else(|| no_answer("the shared heads are older than the window"))?
                 .into_iter()
@@ -926,7 +903,7 @@ pub(crate) fn generate(
 
     state.have_responded = true;
     state.last_sent_heads.clone_from(&our_heads);
-    let was_indexed = sent.epoch == recent.epoch && sent.positions.len() == state.sent_hashes.len();
+    let was_indexed = sent.epoch == window.epoch && sent.positions.len() == state.sent_hashes.len();
     state.sent_hashes.extend(changes.iter().map(|e| e.hash));
     if was_indexed {
         sent.positions.extend(changes.iter().map(|e| e.pos));
@@ -999,7 +976,7 @@ pub fn change_chunks<'a>(
 /// replica holds changes whose dependencies are missing there, not in automerge).
 pub(crate) fn need_and_have(
     doc: &Automerge,
-    recent: &Recent,
+    window: &SyncWindow,
     pending: &[Change],
     state: &State,
 ) -> (Vec<ChangeHash>, bool) {
@@ -1011,7 +988,7 @@ pub(crate) fn need_and_have(
         let mut seen = HashSet::default();
         let mut stack: Vec<ChangeHash> = state.their_heads.iter().flatten().copied().collect();
         while let Some(h) = stack.pop() {
-            if recent.has_change(doc, &h) || !seen.insert(h) {
+            if window.has_change(doc, &h) || !seen.insert(h) {
                 continue;
             }
             match queued.get(&h) {
@@ -1043,7 +1020,7 @@ pub(crate) fn need_and_have(
 #[allow(clippy::type_complexity)]
 fn hashes_to_send<'r>(
     doc: &Automerge,
-    recent: &'r Recent,
+    window: &'r SyncWindow,
     have: &[Have],
     need: &[ChangeHash],
     their_heads: Option<&[ChangeHash]>,
@@ -1051,7 +1028,7 @@ fn hashes_to_send<'r>(
 ) -> Option<(Vec<ChangeHash>, Vec<&'r Entry>)> {
     let need: Vec<ChangeHash> = need
         .iter()
-        .filter(|h| recent.has_change(doc, h))
+        .filter(|h| window.has_change(doc, h))
         .copied()
         .collect();
     if have.is_empty() {
@@ -1069,13 +1046,13 @@ fn hashes_to_send<'r>(
     // has them. Same changes, same order (the document's), without the walk.
     let after_their_heads = match (have, their_heads) {
         ([only], Some(heads)) if only.last_sync.is_empty() && !heads.is_empty() => {
-            recent.since(heads)
+            window.since(heads)
         }
         _ => None,
     };
     let since: Vec<&Entry> = match after_their_heads {
         Some(after) => after,
-        None => recent.since(&last_sync)?,
+        None => window.since(&last_sync)?,
     };
     let (Some(first), Some(last)) = (since.first(), since.last()) else {
         return Some((need, Vec::new()));
@@ -1106,7 +1083,7 @@ fn hashes_to_send<'r>(
     let need = need
         .into_iter()
         .filter(|h| {
-            recent
+            window
                 .by_hash
                 .get(h)
                 .and_then(|&p| slot(p))
