@@ -43,19 +43,19 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use automerge::sync;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use swarmtodo_core::model::{Merge, ModelError, TodoList};
-use swarmtodo_core::syncmsg;
 pub use swarmtodo_proto::wire::list_document_id;
-use swarmtodo_proto::wire::{self, DocumentId, PeerId, PeerMetadata, WireMessage};
+use swarmtodo_proto::wire::{self, DocumentId, PeerId, WireMessage};
+
+pub mod session;
+use self::session::{FromHub, Session};
 
 /// Once in sync, how long a sync waits for trailing messages (a repair) before it
 /// returns.
@@ -97,10 +97,9 @@ impl From<tokio_tungstenite::tungstenite::Error> for ClientError {
 #[derive(Debug)]
 pub struct Connection {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
-    peer_id: PeerId,
-    hub: PeerId,
-    /// Sync state per document, kept across calls so a sync only sends what is new.
-    states: BTreeMap<DocumentId, sync::State>,
+    /// The protocol state: who we are, who the hub is, a sync state per document (kept
+    /// across calls so a sync only sends what is new).
+    session: Session,
     /// Events the hub pushed during [`Connection::sync`], not taken yet (the oldest are
     /// dropped past [`EVENTS_BUFFERED_MAX`]).
     events: std::collections::VecDeque<swarmtodo_proto::Event>,
@@ -120,42 +119,23 @@ impl Connection {
                 .map_err(|_| ClientError::Timeout("connect"))??;
         let peer_id = PeerId::new(peer_id)
             .map_err(|e| ClientError::Protocol(format!("invalid peer id: {e}")))?;
-        let join = WireMessage::Join {
-            sender_id: peer_id.clone(),
-            supported_protocol_versions: Some(vec![
-                swarmtodo_core::hub::PROTOCOL_VERSION.to_owned()
-            ]),
-            peer_metadata: Some(PeerMetadata {
-                storage_id: None,
-                is_ephemeral: true,
-            }),
-        };
-        ws.send(Message::Binary(wire::encode(&join).into())).await?;
-        let msg = tokio::time::timeout(CONNECT_TIMEOUT, next_message(&mut ws))
+        let mut session = Session::new(peer_id);
+        ws.send(Message::Binary(wire::encode(&session.join()).into()))
+            .await?;
+        let answer = tokio::time::timeout(CONNECT_TIMEOUT, next_message(&mut ws))
             .await
             .map_err(|_| ClientError::Timeout("handshake"))??;
-        let hub = match msg {
-            WireMessage::Peer { sender_id, .. } => sender_id,
-            WireMessage::Error { message, .. } => return Err(ClientError::Closed(message)),
-            other => {
-                return Err(ClientError::Protocol(format!(
-                    "expected peer, got {}",
-                    other.type_name()
-                )))
-            }
-        };
+        session.handshake(answer)?;
         Ok(Connection {
             ws,
-            peer_id,
-            hub,
+            session,
             events: Default::default(),
-            states: BTreeMap::new(),
         })
     }
 
     /// The hub's peer id.
     pub fn hub_peer_id(&self) -> &PeerId {
-        &self.hub
+        self.session.hub().unwrap_or_else(|| self.session.peer_id())
     }
 
     /// Syncs `list` as document `doc` until the hub has acknowledged every local change
@@ -169,7 +149,7 @@ impl Connection {
     ) -> Result<Vec<Merge>, ClientError> {
         let mut merges = Vec::new();
         let deadline = tokio::time::Instant::now() + SYNC_TIMEOUT;
-        let first = !self.states.contains_key(&doc);
+        let first = !self.session.knows(doc);
         for round in 0..SYNC_ROUNDS_MAX {
             let request = first && round == 0 && list.is_empty();
             self.send_sync(doc, list, request).await?;
@@ -184,24 +164,10 @@ impl Connection {
                 Err(_) => return Err(ClientError::Timeout("sync")),
                 Ok(m) => m?,
             };
-            match next {
-                WireMessage::Sync {
-                    document_id, data, ..
-                } if document_id == doc => {
-                    let merge = self.receive_sync(doc, list, &data)?;
-                    if !merge.is_empty() {
-                        merges.push(merge);
-                    }
-                }
-                WireMessage::Ephemeral {
-                    sender_id,
-                    session_id,
-                    data,
-                    ..
-                } => {
-                    for e in
-                        swarmtodo_core::hub::events_of(&self.hub, &sender_id, &session_id, &data)
-                    {
+            match self.session.receive(doc, list, next)? {
+                FromHub::Merged(merge) if !merge.is_empty() => merges.push(merge),
+                FromHub::Events(events) => {
+                    for e in events {
                         if self.events.len() >= EVENTS_BUFFERED_MAX {
                             self.events.pop_front();
                         }
@@ -209,13 +175,8 @@ impl Connection {
                     }
                 }
                 // The hub has no such list and we hold nothing to give it.
-                WireMessage::DocUnavailable { document_id, .. }
-                    if document_id == doc && list.is_empty() =>
-                {
-                    return Ok(merges);
-                }
-                WireMessage::Error { message, .. } => return Err(ClientError::Closed(message)),
-                _ => {}
+                FromHub::Unavailable if list.is_empty() => return Ok(merges),
+                FromHub::Merged(_) | FromHub::Unavailable | FromHub::Other => {}
             }
         }
         Err(ClientError::Protocol(format!(
@@ -233,37 +194,13 @@ impl Connection {
     /// every local change is on the hub — and the hub answers only after its commit is
     /// durable, so this is the acknowledgement.
     pub fn in_sync(&self, doc: DocumentId, list: &TodoList) -> bool {
-        let Some(state) = self.states.get(&doc) else {
-            return false;
-        };
-        let mut ours = list.heads();
-        ours.sort();
-        let mut theirs = state.their_heads.clone().unwrap_or_default();
-        theirs.sort();
-        ours == theirs
+        self.session.in_sync(doc, list)
     }
 
     /// The next sync frame for `doc`, if `list` has anything to say (`request`: as the
     /// first message for a document we do not have yet).
     fn sync_frame(&mut self, doc: DocumentId, list: &TodoList, request: bool) -> Option<Message> {
-        let state = self.states.entry(doc).or_default();
-        let data = list.generate_sync_message(state)?.encode();
-        let (document_id, sender_id, target_id) = (doc, self.peer_id.clone(), self.hub.clone());
-        let msg = if request {
-            WireMessage::Request {
-                document_id,
-                sender_id,
-                target_id,
-                data,
-            }
-        } else {
-            WireMessage::Sync {
-                document_id,
-                sender_id,
-                target_id,
-                data,
-            }
-        };
+        let msg = self.session.sync_message(doc, list, request)?;
         Some(Message::Binary(wire::encode(&msg).into()))
     }
 
@@ -279,34 +216,15 @@ impl Connection {
         Ok(())
     }
 
-    /// Validates a sync message from the hub and merges it into `list`.
-    fn receive_sync(
-        &mut self,
-        doc: DocumentId,
-        list: &mut TodoList,
-        data: &[u8],
-    ) -> Result<Merge, ClientError> {
-        let checked = syncmsg::validate(data, &syncmsg::Limits::default())
-            .map_err(|e| ClientError::Protocol(format!("bad sync message: {e}")))?;
-        let state = self.states.entry(doc).or_default();
-        Ok(list.receive_sync_message(state, checked.into_message())?)
-    }
-
     /// `(our heads, the hub's last advertised heads)` for diagnostics.
     pub fn debug_state(&self, doc: DocumentId, list: &TodoList) -> String {
-        let theirs = self.states.get(&doc).map(|s| s.their_heads.clone());
-        format!("ours {:?}, theirs {:?}", list.heads(), theirs)
+        self.session.debug_state(doc, list)
     }
 
     /// Says goodbye and closes.
     pub async fn close(mut self) -> Result<(), ClientError> {
-        let leave = WireMessage::Leave {
-            sender_id: self.peer_id.clone(),
-        };
-        let _ = self
-            .ws
-            .send(Message::Binary(wire::encode(&leave).into()))
-            .await;
+        let leave = wire::encode(&self.session.leave());
+        let _ = self.ws.send(Message::Binary(leave.into())).await;
         self.ws.close(None).await?;
         Ok(())
     }
@@ -366,21 +284,14 @@ impl Connection {
                         return Ok(());
                     }
                 }
-                msg = next_message(&mut self.ws) => match msg? {
-                    WireMessage::Sync { document_id, data, .. } if document_id == doc => {
-                        let mut l = lock(list)?;
-                        let merge = self.receive_sync(doc, &mut l, &data)?;
-                        if !merge.is_empty() {
-                            changed(&l);
-                        }
+                msg = next_message(&mut self.ws) => {
+                    let msg = msg?;
+                    let mut l = lock(list)?;
+                    match self.session.receive(doc, &mut l, msg)? {
+                        FromHub::Merged(merge) if !merge.is_empty() => changed(&l),
+                        FromHub::Events(events) => events.into_iter().for_each(event),
+                        FromHub::Merged(_) | FromHub::Unavailable | FromHub::Other => {}
                     }
-                    WireMessage::Ephemeral { sender_id, session_id, data, .. } => {
-                        for e in swarmtodo_core::hub::events_of(&self.hub, &sender_id, &session_id, &data) {
-                            event(e);
-                        }
-                    }
-                    WireMessage::Error { message, .. } => return Err(ClientError::Closed(message)),
-                    _ => {}
                 },
             }
         }
