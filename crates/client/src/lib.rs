@@ -43,8 +43,6 @@
 //! # Ok(()) }
 //! ```
 
-use std::time::Duration;
-
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -54,18 +52,15 @@ use swarmtodo_core::model::{Merge, ModelError, TodoList};
 pub use swarmtodo_proto::wire::list_document_id;
 use swarmtodo_proto::wire::{self, DocumentId, PeerId, WireMessage};
 
+pub mod limits;
 pub mod session;
-use self::session::{FromHub, Session};
 
-/// Once in sync, how long a sync waits for trailing messages (a repair) before it
-/// returns.
-pub const SYNC_SETTLE: Duration = Duration::from_millis(50);
-/// How long a sync may take before it fails.
-pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long the connection and handshake may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most round trips one [`Connection::sync`] makes before giving up.
-pub const SYNC_ROUNDS_MAX: usize = 10_000;
+use self::limits::NUDGES_MAX;
+pub use self::limits::{
+    CONNECT_TIMEOUT, EVENTS_BUFFERED_MAX, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN,
+    SYNC_ROUNDS_MAX, SYNC_SETTLE, SYNC_TIMEOUT,
+};
+use self::session::{FromHub, Session};
 
 /// Errors of the client.
 #[derive(Debug, thiserror::Error)]
@@ -104,11 +99,6 @@ pub struct Connection {
     /// dropped past [`EVENTS_BUFFERED_MAX`]).
     events: std::collections::VecDeque<swarmtodo_proto::Event>,
 }
-
-/// Events a [`Connection`] keeps for [`Connection::take_events`], and a [`SyncedList`]'s
-/// subscribers may lag behind by, before the oldest are dropped (the store keeps them
-/// all: read them back from there).
-pub const EVENTS_BUFFERED_MAX: usize = 1_024;
 
 impl Connection {
     /// Connects to `url` (`ws://host:port`) and joins as `peer_id`.
@@ -251,15 +241,6 @@ async fn next_message(
         }
     }
 }
-
-/// First wait before reconnecting; doubled after every failure up to
-/// [`RECONNECT_BACKOFF_MAX`].
-pub const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
-/// Longest wait between reconnection attempts.
-pub const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// Write notifications queued for the sync task (more are coalesced: one sync sends
-/// every pending change).
-const NUDGES_MAX: usize = 1;
 
 impl Connection {
     /// Keeps `list` in sync as `doc` until `nudges` closes or the connection fails:
