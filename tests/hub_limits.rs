@@ -322,7 +322,7 @@ async fn list_creation_is_paced_and_lists_nobody_syncs_leave_memory() {
     let (mut hub, log) = HubProc::start_logging(
         &db,
         &["--config", config.to_str().unwrap()],
-        "warn,swarmtodo::hub::core=debug",
+        "warn,swarmtodo_core::hub=debug",
     );
     // A peer that names a list and sends nothing (heads only, no changes) gets an
     // empty list to sync into (a creation); it leaves.
