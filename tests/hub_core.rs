@@ -8,8 +8,8 @@ mod common;
 use automerge::{sync, ActorId, ReadDoc};
 use common::{actor, list_with_history, patch, status, task, upsert, write};
 use swarmtodo::hub::core::{
-    ConnId, Effects, HubConfig, HubCore, Input, StoredList, CHANGE_WORK_UNITS, FANOUT_DEFER_MAX_MS,
-    FANOUT_HOLD_HEARD_MAX_MS, FANOUT_UNACKED_MAX,
+    events_of, ConnId, Effects, HubConfig, HubCore, Input, Stored, StoredList, CHANGE_WORK_UNITS,
+    FANOUT_DEFER_MAX_MS, FANOUT_HOLD_HEARD_MAX_MS, FANOUT_UNACKED_MAX,
 };
 use swarmtodo::hub::wire::{self, DocumentId, PeerId, WireMessage};
 use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
@@ -397,7 +397,7 @@ fn a_busy_hub_answers_writers_at_once_and_fans_out_once_for_several_batches() {
     assert_eq!(payloads(&fx, a).len(), 1, "the writer is answered: {fx:?}");
     assert_eq!(payloads(&fx, b).len(), 1, "the writer is answered: {fx:?}");
     assert!(payloads(&fx, c).is_empty() && payloads(&fx, d).is_empty());
-    assert!(hub.core.news_deferred());
+    assert!(hub.core.deferred());
     deliver(&mut peers, &fx);
 
     // Again, still busy: c and d still wait.
@@ -421,7 +421,7 @@ fn a_busy_hub_answers_writers_at_once_and_fans_out_once_for_several_batches() {
     let fx = hub
         .core
         .handle_batch_deferring(FANOUT_DEFER_MAX_MS, [], true);
-    assert!(!hub.core.news_deferred());
+    assert!(!hub.core.deferred());
     for (who, name) in [(c, "c"), (d, "d")] {
         assert_eq!(
             payloads(&fx, who).len(),
@@ -442,7 +442,7 @@ fn a_busy_hub_answers_writers_at_once_and_fans_out_once_for_several_batches() {
     // One write in the batch, even with more waiting: a hub keeping up; news at once.
     let f = frame(&hub, &mut peers, 2, "c1");
     let fx = hub.core.handle_batch_deferring(100, [f], true);
-    assert!(!hub.core.news_deferred());
+    assert!(!hub.core.deferred());
     for who in [a, b, c, d] {
         assert_eq!(payloads(&fx, who).len(), 1, "{fx:?}");
     }
@@ -454,7 +454,7 @@ fn a_busy_hub_answers_writers_at_once_and_fans_out_once_for_several_batches() {
         frame(&hub, &mut peers, 0, "a3"),
     ];
     let fx = hub.core.handle_batch_deferring(200, fs, false);
-    assert!(!hub.core.news_deferred());
+    assert!(!hub.core.deferred());
     assert_eq!(payloads(&fx, b).len(), 1);
     assert_eq!(payloads(&fx, c).len(), 1);
     deliver(&mut peers, &fx);
@@ -548,14 +548,14 @@ fn a_busy_hub_holds_news_from_a_peer_behind_its_messages() {
                 for_c.is_empty(),
                 "round {r}: c is {r} messages behind: held"
             );
-            assert!(hub.core.news_deferred(), "c's news waits");
+            assert!(hub.core.deferred(), "c's news waits");
         }
         to_c.extend(for_c);
     }
     assert_eq!(to_c.len(), FANOUT_UNACKED_MAX);
     // c reads what it was sent and answers: it is answered at once with everything
     // held from it, in one message.
-    assert!(hub.core.news_deferred());
+    assert!(hub.core.deferred());
     catch_up(&mut hub, &mut peers, &mut to_c, now);
 
     // Behind again, until the hub's queue runs dry: then c gets the news.
@@ -563,11 +563,11 @@ fn a_busy_hub_holds_news_from_a_peer_behind_its_messages() {
         let (for_c, _) = round(&mut hub, &mut peers, &mut now);
         to_c.extend(for_c);
     }
-    assert!(hub.core.news_deferred());
-    let fx = hub.core.handle_batch(now, []);
+    assert!(hub.core.deferred());
+    let fx = hub.core.handle(now, Input::Tick);
     let dry = payloads(&fx, c);
     assert_eq!(dry.len(), 1, "the queue ran dry: c is sent the news");
-    assert!(!hub.core.news_deferred());
+    assert!(!hub.core.deferred());
     to_c.extend(dry);
     catch_up(&mut hub, &mut peers, &mut to_c, now);
 
@@ -1025,35 +1025,129 @@ fn an_actor_is_its_first_identitys_in_every_list_and_nobody_writes_as_the_hub() 
     assert!(held(&core, doc_a, "Lead's again"));
 }
 
-/// A commit the store refuses for the list's own content isolates that list: its peers
-/// are closed with 1011 `list_refused` (nothing of the merge reaches them), the list
-/// leaves memory to be loaded again as stored, and the hub's other connections stay.
+/// A commit the store refuses for the list's own content isolates that list: told so
+/// by `committed`, the core closes its peers with 1011 `list_refused` and drops what it
+/// was about to send them (nothing of the merge reaches them), the list leaves memory
+/// and is loaded again as stored when a peer asks for it, and the hub's other
+/// connections stay.
 #[test]
 fn a_refused_commit_isolates_its_list() {
     let list = list_with_history(5, 10);
     let mut hub = Hub::with(&list);
-    let peers = peers_in_step(&mut hub, &list, 3);
+    let mut peers = peers_in_step(&mut hub, &list, 3);
     let bystander = hub.join(99, 0);
     let doc = hub.doc;
-    let mut fx = Effects::default();
-    let closed = hub
-        .core
-        .isolate(doc, "a record over a store limit", &mut fx);
+    let (c0, l0, s0) = &mut peers[0];
+    l0.write(
+        &patch(vec![upsert(task("refused", "Never stored"))]),
+        &WriteContext::new("w", 0, 1),
+    )
+    .unwrap();
+    let f = sync_frame(&hub, *c0, l0, s0);
+    let mut fx = hub.core.handle(1, f);
+    assert_eq!(fx.commits.len(), 1, "{fx:?}");
+    assert!(!fx.sends.is_empty(), "the merge is answered: {fx:?}");
+    hub.core.committed(
+        1,
+        &mut fx,
+        vec![Stored::Refused("a record over a store limit".into())],
+    );
+    assert!(fx.commits.is_empty(), "the commits were taken");
+    assert!(
+        fx.sends.is_empty() && fx.events.is_empty(),
+        "nothing of the merge is sent: {fx:?}"
+    );
+    let mut closed: Vec<ConnId> = fx.closes.iter().map(|(c, _)| *c).collect();
+    closed.sort();
     let mut want: Vec<ConnId> = peers.iter().map(|(c, _, _)| *c).collect();
     want.sort();
-    let mut got = closed.clone();
-    got.sort();
-    assert_eq!(got, want);
-    for (c, close) in &fx.closes {
-        assert!(closed.contains(c));
+    assert_eq!(closed, want);
+    for (_, close) in &fx.closes {
         assert_eq!((close.code, close.reason.as_str()), (1011, "list_refused"));
     }
-    assert_eq!(fx.closes.len(), 3);
     assert!(hub.core.doc(&doc).is_none(), "the list left memory");
-    assert_eq!(fx.reloads, vec![doc]);
     assert_eq!(
         hub.core.conn_count(),
         1,
         "the bystander stays: {bystander:?}"
     );
+    // A peer that asks for the list again has it loaded from the store.
+    let c = hub.join(100, 2);
+    let mut fresh = TodoList::create(ActorId::from([7u8; 16]));
+    let mut state = sync::State::new();
+    let f = sync_frame(&hub, c, &mut fresh, &mut state);
+    let fx = hub.core.handle(2, f);
+    assert_eq!(fx.loads, vec![doc], "{fx:?}");
+}
+
+/// The events of durable commits reach every peer of the list with the store's seqs, in
+/// one frame per peer — and while a busy hub defers the list's news, its events wait
+/// with it (a peer hears of a change after it has it); the tick a runtime sends when
+/// its queue runs dry releases both.
+#[test]
+fn events_go_out_once_durable_and_wait_with_deferred_news() {
+    let list = list_with_history(5, 10);
+    let mut hub = Hub::with(&list);
+    let mut peers = peers_in_step(&mut hub, &list, 3);
+    let mut inputs = Vec::new();
+    for (i, (c, l, s)) in peers.iter_mut().take(2).enumerate() {
+        l.write(
+            &patch(vec![upsert(task(&format!("e{i}"), "Write it"))]),
+            &WriteContext::new("w", 0, i as u64),
+        )
+        .unwrap();
+        inputs.push(sync_frame(&hub, *c, l, s));
+    }
+    let mut fx = hub.core.handle_batch_deferring(0, inputs, true);
+    assert_eq!(fx.commits.len(), 2, "{fx:?}");
+    let mut next = 0u64;
+    let stored: Vec<Stored> = fx
+        .commits
+        .iter()
+        .map(|c| {
+            Stored::Durable(
+                c.events
+                    .iter()
+                    .map(|_| {
+                        next += 1;
+                        next
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    assert!(next >= 2, "each write made an event");
+    hub.core.committed(0, &mut fx, stored);
+    assert!(
+        fx.events.is_empty(),
+        "the news is deferred: so are its events"
+    );
+    assert!(hub.core.deferred());
+    let mut fx = hub.core.handle(1, Input::Tick);
+    assert!(!fx.sends.is_empty(), "the tick sends the news: {fx:?}");
+    hub.core.committed(1, &mut fx, Vec::new());
+    assert!(!hub.core.deferred());
+    for (c, _, _) in &peers {
+        let frames: Vec<&Vec<u8>> = fx
+            .events
+            .iter()
+            .filter(|(to, _)| to == c)
+            .map(|(_, f)| f)
+            .collect();
+        assert_eq!(frames.len(), 1, "one event frame for peer {c:?}: {fx:?}");
+        let WireMessage::Ephemeral {
+            sender_id,
+            session_id,
+            data,
+            ..
+        } = wire::decode(frames[0]).unwrap()
+        else {
+            panic!("not an ephemeral message");
+        };
+        let seqs: Vec<u64> = events_of(&hub.id, &sender_id, &session_id, &data)
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, (1..=next).collect::<Vec<_>>(), "peer {c:?}");
+    }
 }

@@ -206,3 +206,17 @@ fn checker_catches_a_store_that_loses_the_last_write() {
     assert!(failed.contains(&"acknowledged_durable"), "{failed:?}");
     assert!(failed.contains(&"store_reloads"), "{failed:?}");
 }
+
+#[test]
+fn checker_catches_an_event_lost_between_store_and_peer() {
+    let s = quick("lead-and-subagents");
+    let failed = failed_checks(&s, 3, Fault::DropEvent);
+    assert_eq!(failed, ["events_delivered"]);
+}
+
+#[test]
+fn checker_catches_an_event_sent_twice() {
+    let s = quick("lead-and-subagents");
+    let failed = failed_checks(&s, 3, Fault::DuplicateEvent);
+    assert_eq!(failed, ["events_delivered"]);
+}

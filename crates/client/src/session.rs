@@ -187,16 +187,30 @@ impl Session {
 
     /// True when the hub's last word on `doc` was that it has exactly what `list` has:
     /// every local change is on the hub — and the hub answers only after its commit is
-    /// durable, so this is the acknowledgement.
+    /// durable, so this is the acknowledgement. False before the hub said anything.
     pub fn in_sync(&self, doc: DocumentId, list: &TodoList) -> bool {
-        let Some(state) = self.states.get(&doc) else {
+        let Some(mut theirs) = self.state(doc).and_then(|s| s.their_heads.clone()) else {
             return false;
         };
+        theirs.sort();
         let mut ours = list.heads();
         ours.sort();
-        let mut theirs = state.their_heads.clone().unwrap_or_default();
-        theirs.sort();
         ours == theirs
+    }
+
+    /// The sync state of `doc` (what the hub last said it has, what was last sent), for
+    /// diagnostics and progress checks.
+    pub fn state(&self, doc: DocumentId) -> Option<&sync::State> {
+        self.states.get(&doc)
+    }
+
+    /// Forgets what was last sent for `doc`, so that the next
+    /// [`Session::sync_message`] goes out even with nothing new: this client's heads
+    /// again (a keepalive, or a nudge after a message was lost).
+    pub fn resend(&mut self, doc: DocumentId) {
+        if let Some(s) = self.states.get_mut(&doc) {
+            s.last_sent_heads.clear();
+        }
     }
 
     /// `(our heads, the hub's last advertised heads)` for diagnostics.

@@ -1,11 +1,14 @@
 //! The hub's sans-I/O core: automerge-repo messages in, effects out.
 //!
 //! [`HubCore::handle`] takes one input (a connection opened, a frame received, a
-//! connection closed) and the current time, and returns [`Effects`]: what to make
-//! durable, then what to send and whom to close. The runtime (`server`) performs them in
-//! that order — commits first, then sends — so no peer receives a change before it is
-//! durable, and no peer sees a state the authority's repair would change: the repair is
-//! made inside the same `handle` call, before any sync message is generated.
+//! connection closed, a tick when the runtime is idle) and the current time, and
+//! returns [`Effects`]: what to make durable, then what to send and whom to close. One
+//! driver (`swarmtodo_store::persist::perform`, used by the server and the simulator)
+//! performs them in that order and tells the core what became durable
+//! ([`HubCore::committed`]), which then releases the events of those commits — so no
+//! peer receives a change or an event before it is durable, and no peer sees a state the
+//! authority's repair would change: the repair is made inside the same `handle` call,
+//! before any sync message is generated.
 //!
 //! Every peer byte is validated before Automerge sees it (`wire::decode`,
 //! `syncmsg::validate`), and a bad frame affects only its connection.
@@ -25,8 +28,8 @@ use crate::syncmsg;
 /// The agent id the hub's repairs are recorded under.
 pub const HUB_AGENT: &str = "swarmtodo-hub";
 
-/// The automerge-repo protocol version the hub speaks.
-pub const PROTOCOL_VERSION: &str = "1";
+/// The automerge-repo protocol version the hub speaks (the wire codec's).
+pub use crate::proto::wire::PROTOCOL_VERSION;
 /// Most documents one connection may sync at once.
 pub const DOCS_PER_CONN_MAX: usize = 1_024;
 /// Most lists one hub has, stored or being created: a creation past it is refused with
@@ -144,6 +147,20 @@ pub enum Input {
     /// The connection comes from this remote address (the identity its list creations
     /// are counted under when it has no token).
     Address(ConnId, std::net::IpAddr),
+    /// Nothing else waits: what a busy moment deferred (news, events) goes out now. The
+    /// runtime sends it when its queue runs dry while [`HubCore::deferred`] holds.
+    Tick,
+}
+
+/// What the store did with one commit of [`Effects::commits`] (one per commit, in their
+/// order), told to the core by [`HubCore::committed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    /// Durable; its events got these sequence numbers.
+    Durable(Vec<u64>),
+    /// Refused for the list's own content (a record over a store limit): nothing of it
+    /// is durable.
+    Refused(String),
 }
 
 /// The `session_id` of the `ephemeral` messages that carry the hub's events (the data
@@ -180,22 +197,23 @@ pub struct Compaction {
     pub heads: Vec<ChangeHash>,
 }
 
-/// What the runtime must do, in this order: commit, compact, then send, then close.
+/// What the runtime must do, in this order: commit (and tell [`HubCore::committed`]),
+/// compact, send, send the events, relay, close, then load.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Effects {
     /// Durable writes.
     pub commits: Vec<Commit>,
     /// Snapshots to store (after the commits they cover).
     pub compactions: Vec<Compaction>,
-    /// Lists to reload from the store (their in-memory state was dropped) before the
-    /// next input.
-    pub reloads: Vec<DocumentId>,
     /// Stored lists a peer asked for that are not in memory: the runtime loads each
     /// from the store (after this batch's commits) and hands it to
     /// [`HubCore::loaded`], which handles the frames that waited for it.
     pub loads: Vec<DocumentId>,
     /// Frames to send.
     pub sends: Vec<(ConnId, Vec<u8>)>,
+    /// Frames pushing the events of durable commits, sent after `sends` (the state they
+    /// speak of first). Filled by [`HubCore::committed`].
+    pub events: Vec<(ConnId, Vec<u8>)>,
     /// Frames the runtime may drop instead of queueing them for a peer that is behind:
     /// relayed `ephemeral` messages, which carry no state (a peer that misses one misses
     /// nothing it needs). A flood of them must never cost its receivers their connection
@@ -491,6 +509,11 @@ pub struct HubCore {
     waiting: BTreeMap<DocumentId, Waiting>,
     /// List creations left per identity.
     creators: BTreeMap<Creator, CreationBudget>,
+    /// Durable commits whose events are not sent yet, their events' sequence numbers
+    /// and when they were committed: while a list's news is deferred, its events wait
+    /// with it, so that a peer hears of a change after it has it, and in one frame per
+    /// peer for several batches.
+    durable: Vec<(Commit, Vec<u64>, i64)>,
 }
 
 /// Frames waiting for a list to load (connection, bytes), and their bytes in all.
@@ -581,6 +604,7 @@ impl HubCore {
             stored: BTreeSet::new(),
             waiting: BTreeMap::new(),
             creators: BTreeMap::new(),
+            durable: Vec::new(),
         }
     }
 
@@ -630,7 +654,9 @@ impl HubCore {
         fx
     }
 
-    /// Adds a list loaded from the store, with the authority's reported keys.
+    /// Puts a list in memory before any peer asked for it, with the authority's reported
+    /// keys, as a load would (tests and benchmarks start from a list this way; a runtime
+    /// loads through [`Effects::loads`] and [`HubCore::loaded`]).
     pub fn load_doc(&mut self, id: DocumentId, doc: Automerge, reported: Vec<String>) {
         let list = TodoList::from_doc(doc.with_actor(self.config.actor.clone()));
         self.insert_list(id, list, reported);
@@ -734,10 +760,50 @@ impl HubCore {
         fx
     }
 
-    /// Whether some list's news waits for a later batch (see
-    /// [`HubCore::handle_batch_deferring`]).
-    pub fn news_deferred(&self) -> bool {
-        !self.news.is_empty()
+    /// Whether some list's news or events wait for a later batch (see
+    /// [`HubCore::handle_batch_deferring`]): a runtime whose queue runs dry sends
+    /// [`Input::Tick`].
+    pub fn deferred(&self) -> bool {
+        !self.news.is_empty() || !self.durable.is_empty()
+    }
+
+    /// What the store did with `fx.commits` (taken out of `fx`), at `at_ms`: the events
+    /// of durable commits go out — in `fx.events`, once no list's news waits or the
+    /// oldest has waited [`FANOUT_DEFER_MAX_MS`]. A commit the store refused isolates its
+    /// list: nothing of it is durable, so its peers get no more of `fx` but a close
+    /// (1011 `list_refused`; they reconnect, and the list is loaded as stored), and
+    /// every other list is served as usual. A commit without an answer counts as
+    /// refused.
+    pub fn committed(&mut self, at_ms: i64, fx: &mut Effects, stored: Vec<Stored>) {
+        let mut stored = stored.into_iter();
+        for commit in std::mem::take(&mut fx.commits) {
+            match stored.next() {
+                Some(Stored::Durable(seqs)) => {
+                    if !commit.events.is_empty() {
+                        self.durable.push((commit, seqs, at_ms));
+                    }
+                }
+                refused => {
+                    let why = match refused {
+                        Some(Stored::Refused(why)) => why,
+                        _ => "the store gave no answer for it".to_owned(),
+                    };
+                    let closed = self.isolate(commit.doc, &why, fx);
+                    fx.sends.retain(|(c, _)| !closed.contains(c));
+                    fx.relays.retain(|(c, _)| !closed.contains(c));
+                    fx.compactions.retain(|c| c.doc != commit.doc);
+                }
+            }
+        }
+        let waited = self
+            .durable
+            .first()
+            .is_some_and(|(_, _, at)| at_ms - at >= FANOUT_DEFER_MAX_MS);
+        if !self.durable.is_empty() && (self.news.is_empty() || waited) {
+            let durable = std::mem::take(&mut self.durable);
+            fx.events
+                .extend(event_frames(&self.config.peer_id, &durable));
+        }
     }
 
     fn input(&mut self, now_ms: i64, input: Input, fx: &mut Effects) {
@@ -768,13 +834,8 @@ impl HubCore {
             }
             Input::Disconnected(c) => self.drop_conn(c),
             Input::Frame(c, bytes) => self.frame(now_ms, c, &bytes, fx),
+            Input::Tick => {}
         }
-    }
-
-    /// Forgets a connection the runtime closed (a slow reader), without answering
-    /// anything: as [`Input::Disconnected`], whose late arrival is then a no-op.
-    pub fn forget(&mut self, c: ConnId) {
-        self.drop_conn(c);
     }
 
     /// Forgets a connection; a list it was the last peer of leaves memory (what it
@@ -1159,8 +1220,8 @@ impl HubCore {
         let stock_before = doc.list.sync_counters().stock;
         // Automerge can still panic on a crafted change that passed validation (an op
         // on an object that does not exist). Contain it to this list: drop the list from
-        // memory, close its peers, and have the runtime reload it from the store (which
-        // holds everything committed; the bad change never was).
+        // memory and close its peers; the next peer that asks has it loaded from the
+        // store (which holds everything committed; the bad change never was).
         let merged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let peer = doc.peers.entry(c).or_insert_with(|| Peer {
                 state: sync::State::new(),
@@ -1293,7 +1354,7 @@ impl HubCore {
                 return self.fail(c, 1008, "sync_refused", format!("sync refused: {e}"), fx);
             }
             Err(_) => {
-                tracing::error!(conn = c.0, doc = %doc_id, "automerge panicked on a peer's change; reloading the list");
+                tracing::error!(conn = c.0, doc = %doc_id, "automerge panicked on a peer's change; the list leaves memory");
                 return self.crashed(c, doc_id, fx);
             }
         };
@@ -1595,7 +1656,7 @@ impl HubCore {
     }
 
     /// A list whose merge panicked: forget it, close the offender and the list's other
-    /// peers (they reconnect and resync), and ask the runtime to reload it.
+    /// peers (they reconnect and resync; the list is loaded from the store again).
     fn crashed(&mut self, offender: ConnId, doc_id: DocumentId, fx: &mut Effects) {
         let reloading = Close {
             code: 1012,
@@ -1612,8 +1673,8 @@ impl HubCore {
         );
     }
 
-    /// Drops a list from memory, closes its peers (but `spare`) with `close`, and asks
-    /// the runtime to reload it from the store.
+    /// Drops a list from memory and closes its peers (but `spare`) with `close`; the
+    /// next peer that asks for it has it loaded from the store.
     fn drop_list(
         &mut self,
         doc_id: DocumentId,
@@ -1635,21 +1696,20 @@ impl HubCore {
             fx.closes.push((p, close.clone()));
             self.drop_conn(p);
         }
-        fx.reloads.push(doc_id);
     }
 
     /// The store refused a commit of list `doc_id` for the list's own reasons (a record
     /// over a store limit): nothing of it is durable, so nothing of it may be relayed.
-    /// The list is dropped from memory and reloaded from the store (as it was before
-    /// the refused merge); its peers are closed with 1011 `list_refused` and reconnect.
-    /// Returns the peers closed: the runtime drops what it was about to send them.
-    pub fn isolate(&mut self, doc_id: DocumentId, why: &str, fx: &mut Effects) -> Vec<ConnId> {
+    /// The list is dropped from memory (loaded from the store, as it was before the
+    /// refused merge, when a peer asks for it again); its peers are closed with 1011
+    /// `list_refused` and reconnect. Returns the peers closed.
+    fn isolate(&mut self, doc_id: DocumentId, why: &str, fx: &mut Effects) -> Vec<ConnId> {
         let peers: Vec<ConnId> = self
             .docs
             .get(&doc_id)
             .map(|d| d.peers.keys().copied().collect())
             .unwrap_or_default();
-        tracing::error!(doc = %doc_id, why, "the store refused a merge of this list; reloading it");
+        tracing::error!(doc = %doc_id, why, "the store refused a merge of this list; dropping it from memory");
         let refused = Close {
             code: 1011,
             reason: "list_refused".to_owned(),
@@ -1741,7 +1801,7 @@ impl HubCore {
 /// `count` = the last seq), its data the CBOR text of the event's JSON — or of a JSON
 /// array of events when there are several. Under load a batch of merges costs each
 /// peer one frame, not one per write.
-pub fn event_frames(hub: &PeerId, commits: &[(Commit, Vec<u64>, i64)]) -> Vec<(ConnId, Vec<u8>)> {
+fn event_frames(hub: &PeerId, commits: &[(Commit, Vec<u64>, i64)]) -> Vec<(ConnId, Vec<u8>)> {
     // Every event once; then (list, peer) → the indexes of its events, in order.
     let mut events: Vec<crate::proto::Event> = Vec::new();
     let mut per_peer: BTreeMap<(DocumentId, ConnId), (PeerId, Vec<usize>)> = BTreeMap::new();

@@ -1,5 +1,6 @@
 //! The hub's runtime: a WebSocket listener, one task per connection, and one hub task
-//! that owns the [`HubCore`] and performs its effects (commit, then send, then close).
+//! that owns the [`HubCore`] and performs its effects with the one driver the simulator
+//! uses too (`swarmtodo_store::drive`): commit, then send, then close.
 //!
 //! Bounded everywhere: connections (a semaphore), frames and messages (tungstenite's
 //! limits, set explicitly), the hub's input queue, and each connection's outbox (in
@@ -19,9 +20,13 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{http, Message};
 
-use swarmtodo_core::hub::{Close, ConnId, Effects, HubCore, Identity, Input, FANOUT_DEFER_MAX_MS};
+use automerge::ActorId;
+use swarmtodo_core::hub::{
+    Close, Commit, Compaction, ConnId, Effects, HubCore, Identity, Input, Stored, StoredList,
+};
 use swarmtodo_proto::wire::{DocumentId, MESSAGE_BYTES_MAX};
-use swarmtodo_store::Store;
+use swarmtodo_store::drive::{self, Io};
+use swarmtodo_store::{Store, StoreError};
 
 /// Most connections served at once.
 pub const CONNECTIONS_MAX: usize = 10_000;
@@ -678,7 +683,6 @@ async fn hub_task(
         store,
         known,
         outboxes: BTreeMap::new(),
-        deferred: DeferredEvents::default(),
         loaded_to,
     };
     // A message taken from the queue while gathering a batch, handled next.
@@ -689,12 +693,12 @@ async fn hub_task(
         // What a busy moment deferred goes out before the hub idles: when nothing
         // waits, even after the connections had their turn to read (this task runs
         // again before they do otherwise, and would always find the queue empty).
-        let deferred = core.news_deferred() || out.deferred.any();
+        let deferred = core.deferred();
         if deferred && stashed.is_none() && rx.is_empty() {
             tokio::task::yield_now().await;
         }
         if deferred && stashed.is_none() && rx.is_empty() {
-            let fx = core.handle_batch(now_ms(), []);
+            let fx = core.handle(now_ms(), Input::Tick);
             perform(&mut core, &mut out, fx).await?;
         }
         let msg = match stashed.take() {
@@ -830,113 +834,46 @@ fn give_back_freed_memory() {
     }
 }
 
-/// The events of durable commits not pushed to the peers yet: while the core defers a
-/// list's news (a busy hub, see [`HubCore::handle_batch_deferring`]), its events wait
-/// with it, so that a peer hears of a change after it has it, and in one frame per
-/// peer for several batches.
-#[derive(Debug, Default)]
-struct DeferredEvents {
-    /// The commits, their events' sequence numbers and when they were committed.
-    commits: Vec<(swarmtodo_core::hub::Commit, Vec<u64>, i64)>,
-}
-
-impl DeferredEvents {
-    fn any(&self) -> bool {
-        !self.commits.is_empty()
-    }
-
-    /// The frames of every deferred event, when they are due: the core holds no news
-    /// any more, or the oldest has waited [`FANOUT_DEFER_MAX_MS`] (the core has sent its
-    /// list's news by then).
-    fn due_frames(&mut self, core: &HubCore, now_ms: i64) -> Vec<(ConnId, Vec<u8>)> {
-        let waited = self
-            .commits
-            .first()
-            .is_some_and(|(_, _, at)| now_ms - at >= FANOUT_DEFER_MAX_MS);
-        if self.commits.is_empty() || (core.news_deferred() && !waited) {
-            return Vec::new();
-        }
-        swarmtodo_core::hub::event_frames(core.peer_id(), &std::mem::take(&mut self.commits))
-    }
-}
-
-/// What the hub task performs the core's effects with: the store, the lists it holds,
-/// the connections' outboxes, and the events waiting for their list's news.
+/// What the hub task performs the core's effects with (the driver's [`Io`]): the
+/// store, the lists it holds, and the connections' outboxes.
 struct Relay {
     store: Store,
     known: BTreeSet<DocumentId>,
     outboxes: BTreeMap<ConnId, Outbox>,
-    deferred: DeferredEvents,
     /// Where a list loaded for the core is sent ([`ToHub::Loaded`]).
     loaded_to: mpsc::WeakSender<ToHub>,
 }
 
-/// Performs `fx`, then starts loading the lists it asks for ([`Effects::loads`]): each
-/// load is a task of its own, queued at the store after `fx`'s commits, whose result
-/// comes back to the hub task as [`ToHub::Loaded`] (a large list takes a while to
-/// rebuild, and the other peers must not wait for it).
-async fn perform(core: &mut HubCore, out: &mut Relay, mut fx: Effects) -> Result<(), ServeError> {
-    let loads = std::mem::take(&mut fx.loads);
-    perform_one(core, out, fx).await?;
-    for doc in loads {
-        let Some(to_hub) = out.loaded_to.upgrade() else {
-            break;
-        };
-        let store = out.store.clone();
-        let actor = core.actor().clone();
-        tokio::spawn(async move {
-            let loaded = swarmtodo_store::persist::load(&store, doc, actor).await;
-            let _ = to_hub.send(ToHub::Loaded(doc, Box::new(loaded))).await;
-        });
-    }
-    Ok(())
+/// Performs `fx` with the one driver (`swarmtodo_store::drive::perform`).
+async fn perform(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result<(), ServeError> {
+    drive::perform(core, out, fx)
+        .await
+        .map_err(|e| ServeError::Store(e.to_string()))
 }
 
-async fn perform_one(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result<(), ServeError> {
-    let Relay {
-        store,
-        known,
-        outboxes,
-        deferred,
-        ..
-    } = out;
-    // Durable first: nothing is relayed before it is on disk. A commit that fails stops
-    // the hub: what is not durable must not be relayed or acknowledged.
-    // All the merges of a batch go to disk in one transaction.
-    let mut fx = fx;
-    let at_ms = now_ms();
-    if !fx.commits.is_empty() {
-        let results = swarmtodo_store::persist::commit_all(store, known, &fx.commits, at_ms)
-            .await
-            .map_err(|e| ServeError::Store(e.to_string()))?;
-        let mut refused = Vec::new();
-        for (commit, result) in std::mem::take(&mut fx.commits).into_iter().zip(results) {
-            match result {
-                Ok(seqs) => deferred.commits.push((commit, seqs, at_ms)),
-                Err(e) => refused.push((commit.doc, e)),
-            }
-        }
-        // A list's own refusal isolates that list: what the core would send its peers
-        // is not durable, so they get nothing more but a close, and the list is
-        // reloaded as stored. Every other list is served as usual.
-        for (doc, e) in refused {
-            let mut undo = Effects::default();
-            let closed = core.isolate(doc, &e.to_string(), &mut undo);
-            fx.sends.retain(|(c, _)| !closed.contains(c));
-            fx.reloads.extend(undo.reloads);
-            fx.closes.extend(undo.closes);
-            fx.compactions.retain(|c| c.doc != doc);
-        }
+impl Io for Relay {
+    fn now_ms(&self) -> i64 {
+        now_ms()
     }
-    let events = deferred.due_frames(core, at_ms);
-    for doc in fx.reloads {
-        swarmtodo_store::persist::reload(store, core, doc)
-            .await
-            .map_err(|e| ServeError::Store(e.to_string()))?;
+
+    /// All the merges of a batch go to disk in one transaction.
+    async fn commit(&mut self, commits: &[Commit], at_ms: i64) -> Result<Vec<Stored>, StoreError> {
+        let results =
+            swarmtodo_store::persist::commit_all(&self.store, &mut self.known, commits, at_ms)
+                .await?;
+        Ok(results
+            .into_iter()
+            .map(|r| match r {
+                Ok(seqs) => Stored::Durable(seqs),
+                Err(e) => Stored::Refused(e.to_string()),
+            })
+            .collect())
     }
-    for c in fx.compactions {
+
+    async fn compact(&mut self, c: Compaction) {
         // A failed compaction loses nothing (the changes stay); log and go on.
-        if let Err(e) = store
+        if let Err(e) = self
+            .store
             .compact(
                 swarmtodo_store::persist::doc_id(&c.doc),
                 c.snapshot,
@@ -947,38 +884,35 @@ async fn perform_one(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result
             tracing::warn!(doc = %c.doc, error = %e, "compaction failed");
         }
     }
-    let mut slow = Vec::new();
-    // The sync messages first (the state after the repair), then the events about it.
-    for (id, frame) in fx.sends.into_iter().chain(events) {
-        let Some(outbox) = outboxes.get(&id) else {
-            continue;
+
+    /// Each load is a task of its own, queued at the store after the batch's commits,
+    /// whose result comes back to the hub task as [`ToHub::Loaded`] (a large list takes
+    /// a while to rebuild, and the other peers must not wait for it).
+    async fn load(
+        &mut self,
+        doc: DocumentId,
+        actor: ActorId,
+    ) -> Result<Option<Option<StoredList>>, StoreError> {
+        if let Some(to_hub) = self.loaded_to.upgrade() {
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                let loaded = swarmtodo_store::persist::load(&store, doc, actor).await;
+                let _ = to_hub.send(ToHub::Loaded(doc, Box::new(loaded))).await;
+            });
+        }
+        Ok(None)
+    }
+
+    fn send(&mut self, c: ConnId, frame: Vec<u8>) -> bool {
+        let Some(outbox) = self.outboxes.get(&c) else {
+            return true;
         };
-        if let Err(full) = outbox.push(frame) {
-            slow.push((id, full));
-        }
-    }
-    // Relayed ephemeral messages: dropped for a peer that is behind, never a reason to
-    // close it.
-    let mut dropped = 0usize;
-    for (id, frame) in fx.relays {
-        if let Some(outbox) = outboxes.get(&id) {
-            if !outbox.offer(frame) {
-                dropped += 1;
-            }
-        }
-    }
-    if dropped > 0 {
-        tracing::debug!(dropped, "relays dropped for peers that are behind");
-    }
-    for (id, close) in fx.closes {
-        if let Some(outbox) = outboxes.remove(&id) {
-            outbox.close(close);
-        }
-    }
-    for (id, full) in slow {
-        if let Some(outbox) = outboxes.remove(&id) {
+        let Err(full) = outbox.push(frame) else {
+            return true;
+        };
+        if let Some(outbox) = self.outboxes.remove(&c) {
             if full {
-                tracing::info!(conn = id.0, "outbox full: closing a slow reader");
+                tracing::info!(conn = c.0, "outbox full: closing a slow reader");
                 outbox.close(Close {
                     code: 1008,
                     reason: "slow_reader".to_owned(),
@@ -986,7 +920,20 @@ async fn perform_one(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result
                 });
             }
         }
-        core.forget(id);
+        false
     }
-    Ok(())
+
+    fn relay(&mut self, c: ConnId, frame: Vec<u8>) {
+        if let Some(outbox) = self.outboxes.get(&c) {
+            if !outbox.offer(frame) {
+                tracing::trace!(conn = c.0, "relay dropped for a peer that is behind");
+            }
+        }
+    }
+
+    fn close(&mut self, c: ConnId, close: Close) {
+        if let Some(outbox) = self.outboxes.remove(&c) {
+            outbox.close(close);
+        }
+    }
 }

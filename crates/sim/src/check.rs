@@ -10,7 +10,8 @@
 //! reported exactly once; no violation or conflict key reported twice; every
 //! acknowledged change in the hub and in the store; gap-free event streams; the store
 //! reloads to the hub's state; bad frames closed with the right code; no well-behaved
-//! agent closed by the hub.
+//! agent closed by the hub; every peer received every event of its lists once, in seq
+//! order, with no gap ([`Delivery`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,7 +21,7 @@ use serde::Serialize;
 use super::runner::Injection;
 use super::scenario::Action;
 use swarmtodo_core::authority::{Authority, Policy, Roles};
-use swarmtodo_core::hub::HUB_AGENT;
+use swarmtodo_core::hub::{Commit, ConnId, HUB_AGENT};
 use swarmtodo_core::model::TodoList;
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{Resolution, Rule};
@@ -80,6 +81,98 @@ pub struct FinalState<'a> {
     pub sides: Vec<SideOutcome>,
     /// Closes of well-behaved agents' connections by the hub (`"code reason"` → count).
     pub closes: BTreeMap<String, u64>,
+    /// The events the store made durable for each connection and what it received
+    /// (None: the run cannot see them, as a live run).
+    pub events: Option<&'a Delivery>,
+}
+
+/// The event streams of one run, per connection and list: the sequence numbers of the
+/// events the store made durable while the connection was a peer of the list (from the
+/// store's answers to the hub's commits, and each commit's peers), and those the
+/// connection's client received from the hub (from its real client session).
+#[derive(Debug, Default)]
+pub struct Delivery {
+    durable: BTreeMap<(ConnId, DocumentId), Vec<u64>>,
+    received: BTreeMap<(ConnId, DocumentId), Vec<u64>>,
+    /// Connections still open at the end, whose streams must be complete.
+    open: BTreeSet<ConnId>,
+}
+
+impl Delivery {
+    /// The store made `commit` durable and its events got `seqs`: each of its peers is
+    /// owed them.
+    pub fn durable(&mut self, commit: &Commit, seqs: &[u64]) {
+        for (c, _) in commit.notify.iter() {
+            self.durable
+                .entry((*c, commit.doc))
+                .or_default()
+                .extend_from_slice(seqs);
+        }
+    }
+
+    /// Connection `c`'s client received events of `doc` with these seqs, in this order.
+    pub fn received(&mut self, c: ConnId, doc: DocumentId, seqs: impl IntoIterator<Item = u64>) {
+        self.received.entry((c, doc)).or_default().extend(seqs);
+    }
+
+    /// Connection `c` is open at the end of the run.
+    pub fn open_at_end(&mut self, c: ConnId) {
+        self.open.insert(c);
+    }
+
+    /// What each connection received is the start of what it was owed (once each, in
+    /// seq order, no gap), and all of it for a connection still open at the end (a
+    /// connection that closed lost what was in flight).
+    fn check(&self) -> Check {
+        let mut p = Problems::default();
+        let mut events = 0usize;
+        let empty = Vec::new();
+        let keys: BTreeSet<&(ConnId, DocumentId)> =
+            self.durable.keys().chain(self.received.keys()).collect();
+        for key in keys {
+            let (c, doc) = key;
+            let owed = self.durable.get(key).unwrap_or(&empty);
+            let got = self.received.get(key).unwrap_or(&empty);
+            events += got.len();
+            if !got.windows(2).all(|w| w[0] < w[1]) {
+                p.add(format!(
+                    "connection {} list {doc}: events out of order or twice: {}",
+                    c.0,
+                    seq_list(got)
+                ));
+            } else if !owed.starts_with(got) {
+                p.add(format!(
+                    "connection {} list {doc}: received {}, but the store made {} durable for it",
+                    c.0,
+                    seq_list(got),
+                    seq_list(owed)
+                ));
+            } else if self.open.contains(c) && got.len() < owed.len() {
+                p.add(format!(
+                    "connection {} list {doc}: open at the end, but never received {}",
+                    c.0,
+                    seq_list(&owed[got.len()..])
+                ));
+            }
+        }
+        p.verdict(
+            "events_delivered",
+            format!(
+                "{events} events received over {} connections' lists, each once, in seq order, no gap",
+                self.received.len()
+            ),
+        )
+    }
+}
+
+/// At most a few seqs of a stream, for a check's detail.
+fn seq_list(seqs: &[u64]) -> String {
+    const SHOWN: usize = 8;
+    let shown: Vec<String> = seqs.iter().take(SHOWN).map(u64::to_string).collect();
+    match seqs.len() {
+        n if n > SHOWN => format!("[{}, … ({n} in all)]", shown.join(", ")),
+        _ => format!("[{}]", shown.join(", ")),
+    }
 }
 
 impl FinalState<'_> {
@@ -493,5 +586,13 @@ pub fn check(state: &FinalState<'_>) -> Result<Verdict, StoreError> {
         "agents_not_closed",
         "no well-behaved agent was closed by the hub".into(),
     ));
+
+    v.checks.push(match state.events {
+        Some(d) => d.check(),
+        None => Check::skipped(
+            "events_delivered",
+            "the event frames a live hub sends are not recorded".into(),
+        ),
+    });
     Ok(v)
 }

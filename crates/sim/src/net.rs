@@ -57,6 +57,8 @@ pub enum Event {
     StormEnd,
     /// Measure divergence (for the convergence picture) and look for quiescence.
     Sample,
+    /// The hub's queue ran dry: it sends what it deferred.
+    Tick,
 }
 
 impl Event {
@@ -87,6 +89,7 @@ impl Event {
             Event::PartitionEnd(a) => format!("heal {a:?}"),
             Event::StormEnd => "storm end".to_owned(),
             Event::Sample => "sample".to_owned(),
+            Event::Tick => "tick".to_owned(),
         }
     }
 }

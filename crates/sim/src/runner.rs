@@ -15,20 +15,24 @@ use automerge::sync;
 use automerge::{ActorId, ChangeHash};
 
 use super::behave::{self, RawEdit, RogueMove};
-use super::check::{self, Check, FinalState, Replica, SideOutcome};
+use super::check::{self, Check, Delivery, FinalState, Replica, SideOutcome};
 use super::net::{Dir, Event, Net, Queue};
 use super::rng::Rng;
 use super::scenario::{Action, RoleSpec, Scenario};
 use super::SimError;
+use swarmtodo_client::session::{FromHub, Session};
 use swarmtodo_core::authority::{Policy, Role, Roles};
-use swarmtodo_core::hub::{Close, Commit, ConnId, HubConfig, HubCore, Input};
+use swarmtodo_core::hub::{
+    Close, Commit, Compaction, ConnId, HubConfig, HubCore, Input, Stored, StoredList,
+};
 use swarmtodo_core::model::{TodoList, WriteContext};
 use swarmtodo_core::syncmsg;
 use swarmtodo_proto::wire::list_document_id;
-use swarmtodo_proto::wire::{self, DocumentId, PeerId, PeerMetadata, WireMessage};
+use swarmtodo_proto::wire::{self, DocumentId, PeerId, WireMessage};
 use swarmtodo_proto::{EventBody, Rule, Version, WriteRequest};
+use swarmtodo_store::drive::{self, Io};
 use swarmtodo_store::persist;
-use swarmtodo_store::Db;
+use swarmtodo_store::{Db, StoreError};
 
 /// A frame for the hub due within this of a batch counts as input waiting behind it (a
 /// busy hub): the core may then defer a list's news and hold it from peers behind
@@ -80,6 +84,10 @@ pub enum Fault {
     DoubleReport,
     /// The store acknowledges a commit before it is durable and loses the last one.
     StoreLosesLastWrite,
+    /// One event frame between the store and a peer is lost (the first one).
+    DropEvent,
+    /// One event frame reaches its peer twice (the first one).
+    DuplicateEvent,
 }
 
 /// How to run one seed.
@@ -228,7 +236,6 @@ struct AgentList {
     list: usize,
     doc: DocumentId,
     replica: TodoList,
-    sync: sync::State,
     /// Own changes the hub has not acknowledged: `(hash, written at)`.
     unacked: Vec<(ChangeHash, u64)>,
     /// Versions seen lately (oldest first), for stale replaces.
@@ -260,8 +267,9 @@ struct Agent {
     /// as stuck as a silent one.
     progress: (u64, u64),
     next_task: u64,
-    /// The hub's peer id, from its `peer` answer.
-    hub_peer: Option<PeerId>,
+    /// The real client's protocol state for this agent's current connection (a new
+    /// one per connection): join, handshake, sync states, events.
+    client: Session,
 }
 
 /// A race between two sessions of one agent whose starts the hub may not both have yet:
@@ -328,8 +336,16 @@ struct Sim<'a> {
     digest: u64,
     /// Fault hooks' state.
     planted: bool,
-    held: Option<Commit>,
+    held: Vec<Commit>,
     dropped_change: Option<ChangeHash>,
+    /// The event streams: what the store made durable for each connection, and what
+    /// each received.
+    delivery: Delivery,
+    /// A tick for the hub is scheduled (it deferred news or events).
+    tick_due: bool,
+    /// What the hub's I/O failed with while the driver ran (the driver's `Io` cannot
+    /// return the simulator's errors).
+    io_error: Option<SimError>,
 }
 
 /// Runs one seed of `scenario`.
@@ -383,6 +399,7 @@ impl<'a> Sim<'a> {
             }
             let actor = ActorId::from(rng.bytes16());
             let raw_actor = ActorId::from(rng.bytes16());
+            let client = Session::new(agent_peer_id(&name, session)?);
             agents.push(Agent {
                 name,
                 session,
@@ -394,7 +411,6 @@ impl<'a> Sim<'a> {
                         list: l,
                         doc: docs[l],
                         replica: TodoList::create(actor.clone()),
-                        sync: sync::State::new(),
                         unacked: Vec::new(),
                         seen: VecDeque::new(),
                     })
@@ -408,7 +424,7 @@ impl<'a> Sim<'a> {
                 last_rx: 0,
                 progress: (0, 0),
                 next_task: 0,
-                hub_peer: None,
+                client,
             });
         }
         let workers = (0..docs.len())
@@ -449,7 +465,10 @@ impl<'a> Sim<'a> {
             trace: Vec::new(),
             digest: 0xcbf2_9ce4_8422_2325,
             planted: false,
-            held: None,
+            held: Vec::new(),
+            delivery: Delivery::default(),
+            tick_due: false,
+            io_error: None,
             dropped_change: None,
         };
         sim.start_hub()?;
@@ -654,6 +673,10 @@ impl<'a> Sim<'a> {
                     }
                 }
                 Event::StormEnd => self.storm_end()?,
+                Event::Tick => {
+                    self.tick_due = false;
+                    self.hub_input(Input::Tick)?;
+                }
                 Event::Sample => {
                     self.sample();
                     if !self.storm && self.quiescent() {
@@ -666,7 +689,7 @@ impl<'a> Sim<'a> {
         }
         // A buggy store's unflushed last write is gone.
         if self.cfg.fault == Some(Fault::StoreLosesLastWrite) {
-            self.held = None;
+            self.held.clear();
         }
         Ok(())
     }
@@ -716,36 +739,22 @@ impl<'a> Sim<'a> {
         agent.last_io = self.now;
         agent.last_rx = self.now;
         agent.progress = (0, self.now);
-        for l in &mut agent.lists {
-            // A new connection starts a new sync session.
-            l.sync = sync::State::new();
-        }
-        let join = self.join_frame(a)?;
+        // A new connection starts a new session (new sync states).
+        let peer = agent_peer_id(&agent.name, agent.session)?;
+        agent.client = Session::new(peer);
+        let join = wire::encode(&agent.client.join());
         // The handshake is never lost, doubled or overtaken: a doubled or late `join`
         // is a protocol error the hub rightly closes for, not a fault under test.
         self.send(c, Dir::ToHub, join, true)
     }
 
+    /// A `join` as the agent's client sends it (for a side connection).
     fn join_frame(&self, a: usize) -> Result<Vec<u8>, SimError> {
-        Ok(wire::encode(&WireMessage::Join {
-            sender_id: self.peer_id(a)?,
-            supported_protocol_versions: Some(vec![
-                swarmtodo_core::hub::PROTOCOL_VERSION.to_owned()
-            ]),
-            peer_metadata: Some(PeerMetadata {
-                storage_id: None,
-                is_ephemeral: true,
-            }),
-        }))
+        Ok(wire::encode(&Session::new(self.peer_id(a)?).join()))
     }
 
     fn peer_id(&self, a: usize) -> Result<PeerId, SimError> {
-        let agent = &self.agents[a];
-        let id = match agent.session {
-            0 => agent.name.clone(),
-            s => format!("{}-s{s}", agent.name),
-        };
-        PeerId::new(id).map_err(|e| SimError::Setup(format!("agent name as a peer id: {e}")))
+        agent_peer_id(&self.agents[a].name, self.agents[a].session)
     }
 
     fn open_conn(&mut self, a: usize, side: bool) -> Result<ConnId, SimError> {
@@ -811,81 +820,67 @@ impl<'a> Sim<'a> {
         self.hub_batch(inputs, false)
     }
 
+    /// The hub handles `inputs` and the one driver performs its effects, with this
+    /// simulation as its I/O (as the server does with its own). When the hub deferred
+    /// news or events, a tick follows once nothing else is due (as a server's queue
+    /// runs dry).
     fn hub_batch(&mut self, inputs: Vec<Input>, more_waiting: bool) -> Result<(), SimError> {
         let now_ms = self.epoch_ms();
-        let Some(hub) = self.hub.as_mut() else {
+        let Some(mut hub) = self.hub.take() else {
             return Ok(());
         };
         let fx = hub.handle_batch_deferring(now_ms, inputs, more_waiting);
-        let mut todo = std::collections::VecDeque::from([fx]);
-        while let Some(mut fx) = todo.pop_front() {
-            let loads = std::mem::take(&mut fx.loads);
-            self.perform(fx)?;
-            // Lists the hub dropped from memory (no peer synced them), loaded from the
-            // store after the commits, as the server does.
-            for id in loads {
-                let Some(actor) = self.hub.as_ref().map(|h| h.actor().clone()) else {
+        let done = drive::run_sync(drive::perform(&mut hub, self, fx));
+        let deferred = hub.deferred();
+        self.hub = Some(hub);
+        if let Some(e) = self.io_error.take() {
+            return Err(e);
+        }
+        done?;
+        if deferred && !self.tick_due {
+            self.tick_due = true;
+            self.queue.push(self.now + HUB_BUSY_MS, Event::Tick)?;
+        }
+        Ok(())
+    }
+
+    /// The planted faults of the store, then the store: one transaction per batch.
+    fn store_commits(&mut self, commits: &[Commit], at_ms: i64) -> Result<Vec<Stored>, StoreError> {
+        self.stats.commits += commits.len() as u64;
+        let mut commits = commits.to_vec();
+        if self.cfg.fault == Some(Fault::DoubleReport) && !self.planted {
+            for commit in &mut commits {
+                let first = commit
+                    .events
+                    .iter()
+                    .find(|e| matches!(e, EventBody::Violation(_)))
+                    .cloned();
+                if let Some(v) = first {
+                    commit.events.push(v);
+                    self.planted = true;
                     break;
-                };
-                let loaded = persist::load_sync(&self.db, id, actor)?;
-                if let Some(hub) = self.hub.as_mut() {
-                    todo.push_back(hub.loaded(now_ms, id, loaded));
                 }
             }
         }
-        Ok(())
-    }
-
-    fn perform(&mut self, fx: swarmtodo_core::hub::Effects) -> Result<(), SimError> {
-        // Durable first, then relay: the order the server keeps.
-        for commit in fx.commits {
-            self.persist(commit)?;
-        }
-        for comp in fx.compactions {
-            self.stats.compactions += 1;
-            self.db
-                .compact(persist::doc_id(&comp.doc), &comp.snapshot, &comp.heads)?;
-        }
-        for id in fx.reloads {
-            if let Some(hub) = self.hub.as_mut() {
-                persist::reload_sync(&self.db, hub, id)?;
-            }
-        }
-        for (c, bytes) in fx.sends.into_iter().chain(fx.relays) {
-            self.send(c, Dir::ToAgent, bytes, false)?;
-        }
-        for (c, close) in fx.closes {
-            self.hub_conns.remove(&c);
-            let at = self.now + self.net.latency(&mut self.rng);
-            let at = self.net.after_last(c, Dir::ToAgent, at);
-            self.queue.push(at, Event::Closed(c, close))?;
-        }
-        Ok(())
-    }
-
-    fn persist(&mut self, mut commit: Commit) -> Result<(), SimError> {
-        self.stats.commits += 1;
-        if self.cfg.fault == Some(Fault::DoubleReport) && !self.planted {
-            let first = commit
-                .events
-                .iter()
-                .find(|e| matches!(e, EventBody::Violation(_)))
-                .cloned();
-            if let Some(v) = first {
-                commit.events.push(v);
-                self.planted = true;
-            }
-        }
-        let now_ms = self.epoch_ms();
         if self.cfg.fault == Some(Fault::StoreLosesLastWrite) {
-            // Acknowledged now, written only when the next one comes.
-            if let Some(prev) = self.held.replace(commit) {
-                persist::commit_sync(&mut self.db, &mut self.known, &prev, now_ms)?;
-            }
-            return Ok(());
+            // Acknowledged now, written only when the next batch comes (its events'
+            // seqs unknown: they are not pushed).
+            let prev = std::mem::replace(&mut self.held, commits);
+            persist::commit_all_sync(&mut self.db, &mut self.known, &prev, at_ms)?;
+            return Ok(vec![Stored::Durable(Vec::new()); self.held.len()]);
         }
-        persist::commit_sync(&mut self.db, &mut self.known, &commit, now_ms)?;
-        Ok(())
+        let results = persist::commit_all_sync(&mut self.db, &mut self.known, &commits, at_ms)?;
+        Ok(commits
+            .iter()
+            .zip(results)
+            .map(|(commit, r)| match r {
+                Ok(seqs) => {
+                    self.delivery.durable(commit, &seqs);
+                    Stored::Durable(seqs)
+                }
+                Err(e) => Stored::Refused(e.to_string()),
+            })
+            .collect())
     }
 
     fn crash(&mut self) -> Result<(), SimError> {
@@ -895,7 +890,7 @@ impl<'a> Sim<'a> {
         self.stats.hub_crashes += 1;
         self.hub = None;
         if self.cfg.fault == Some(Fault::StoreLosesLastWrite) {
-            self.held = None;
+            self.held.clear();
         }
         let dead: BTreeSet<ConnId> = std::mem::take(&mut self.hub_conns);
         self.queue.drop_frames(|c| dead.contains(&c));
@@ -950,7 +945,7 @@ impl<'a> Sim<'a> {
         if !agent.online || agent.conn.is_none() {
             return Ok(());
         }
-        let synced = agent.ready && agent.lists.iter().all(in_sync);
+        let synced = agent.ready && agent.lists.iter().all(|l| in_sync(&agent.client, l));
         let mark = progress_mark(agent);
         if mark != agent.progress.0 {
             self.agents[a].progress = (mark, self.now);
@@ -971,7 +966,8 @@ impl<'a> Sim<'a> {
             self.keepalive = true;
             for l in 0..self.agents[a].lists.len() {
                 // Forget what was sent so that a message goes out, with our heads.
-                self.agents[a].lists[l].sync.last_sent_heads.clear();
+                let doc = self.agents[a].lists[l].doc;
+                self.agents[a].client.resend(doc);
                 if let Err(e) = self.flush(a, l) {
                     self.keepalive = false;
                     return Err(e);
@@ -999,56 +995,61 @@ impl<'a> Sim<'a> {
                 return Ok(());
             }
         };
-        match msg {
-            WireMessage::Peer { sender_id, .. } => {
+        let doc = match &msg {
+            WireMessage::Peer { .. } => {
+                if self.agents[a].client.handshake(msg).is_err() {
+                    self.stats.agent_errors += 1;
+                    return Ok(());
+                }
                 self.agents[a].ready = true;
-                self.agents[a].hub_peer = Some(sender_id);
                 for l in 0..self.agents[a].lists.len() {
                     self.flush(a, l)?;
                 }
-            }
-            WireMessage::Sync {
-                document_id, data, ..
-            } => {
-                let Some(l) = self.agents[a]
-                    .lists
-                    .iter()
-                    .position(|x| x.doc == document_id)
-                else {
-                    return Ok(());
-                };
-                self.agent_sync(a, l, &data)?;
-                self.flush(a, l)?;
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn agent_sync(&mut self, a: usize, l: usize, data: &[u8]) -> Result<(), SimError> {
-        let message = match syncmsg::validate(data, &syncmsg::Limits::default()) {
-            Ok(m) => m.into_message(),
-            Err(_) => {
-                self.stats.agent_errors += 1;
                 return Ok(());
             }
+            WireMessage::Sync { document_id, .. } | WireMessage::Ephemeral { document_id, .. } => {
+                *document_id
+            }
+            _ => return Ok(()),
         };
-        let message = if self.cfg.fault == Some(Fault::ReplicaDropsChange) && a == self.victim() {
-            self.drop_one_change(a, l, message)
-        } else {
-            message
+        let Some(l) = self.agents[a].lists.iter().position(|x| x.doc == doc) else {
+            return Ok(());
         };
-        let now = self.now;
+        let msg = match msg {
+            WireMessage::Sync {
+                document_id,
+                sender_id,
+                target_id,
+                data,
+            } if self.cfg.fault == Some(Fault::ReplicaDropsChange) && a == self.victim() => {
+                let Ok(m) = syncmsg::validate(&data, &syncmsg::Limits::default()) else {
+                    self.stats.agent_errors += 1;
+                    return self.flush(a, l);
+                };
+                let data = self.drop_one_change(a, l, m.into_message()).encode();
+                WireMessage::Sync {
+                    document_id,
+                    sender_id,
+                    target_id,
+                    data,
+                }
+            }
+            other => other,
+        };
         let agent = &mut self.agents[a];
         let al = &mut agent.lists[l];
         let before = al.replica.heads();
-        if al
-            .replica
-            .receive_sync_message(&mut al.sync, message)
-            .is_err()
-        {
-            self.stats.agent_errors += 1;
-            return Ok(());
+        match agent.client.receive(doc, &mut al.replica, msg) {
+            Ok(FromHub::Merged(_)) => {}
+            Ok(FromHub::Events(events)) => {
+                self.delivery.received(c, doc, events.iter().map(|e| e.seq));
+                return Ok(());
+            }
+            Ok(_) => return Ok(()),
+            Err(_) => {
+                self.stats.agent_errors += 1;
+                return self.flush(a, l);
+            }
         }
         if al.replica.heads() != before {
             if al.seen.len() >= SEEN_VERSIONS_MAX {
@@ -1056,14 +1057,14 @@ impl<'a> Sim<'a> {
             }
             al.seen.push_back(al.replica.version());
         }
-        if in_sync(al) {
+        if in_sync(&agent.client, al) {
             let acked = self.acked.entry(al.doc).or_default();
             for (h, t) in al.unacked.drain(..) {
                 acked.insert(h);
-                self.latencies.push(now - t);
+                self.latencies.push(self.now - t);
             }
         }
-        Ok(())
+        self.flush(a, l)
     }
 
     /// The replica of [`Fault::ReplicaDropsChange`]: the last agent.
@@ -1106,24 +1107,17 @@ impl<'a> Sim<'a> {
         let (Some(c), true, true) = (agent.conn, agent.ready, agent.online) else {
             return Ok(());
         };
-        let al = &mut agent.lists[l];
-        let Some(m) = al.replica.generate_sync_message(&mut al.sync) else {
+        let al = &agent.lists[l];
+        let Some(m) = agent.client.sync_message(al.doc, &al.replica, false) else {
             return Ok(());
         };
-        let doc = al.doc;
         agent.last_io = self.now;
-        let frame = wire::encode(&WireMessage::Sync {
-            document_id: doc,
-            sender_id: self.peer_id(a)?,
-            target_id: self.hub_peer(a)?,
-            data: m.encode(),
-        });
-        self.send(c, Dir::ToHub, frame, false)
+        self.send(c, Dir::ToHub, wire::encode(&m), false)
     }
 
     /// The hub's peer id as the agent heard it (before the answer: a placeholder).
     fn hub_peer(&self, a: usize) -> Result<PeerId, SimError> {
-        match &self.agents[a].hub_peer {
+        match self.agents[a].client.hub() {
             Some(p) => Ok(p.clone()),
             None => PeerId::new("swarmtodo-hub").map_err(|e| SimError::Setup(e.to_string())),
         }
@@ -1150,11 +1144,12 @@ impl<'a> Sim<'a> {
             return false;
         };
         self.queue.frames_in_flight() == 0
+            && !hub.deferred()
             && self.agents.iter().all(|a| {
                 a.ready
                     && a.conn.is_some()
                     && a.lists.iter().all(|l| {
-                        in_sync(l)
+                        in_sync(&a.client, l)
                             && hub.doc(&l.doc).map(|d| d.list().heads()) == Some(l.replica.heads())
                     })
             })
@@ -1190,10 +1185,11 @@ impl<'a> Sim<'a> {
             }
             for l in &a.lists {
                 let hub_heads = hub.doc(&l.doc).map(|d| d.list().heads());
-                if in_sync(l) && hub_heads.as_ref() == Some(&l.replica.heads()) {
+                if in_sync(&a.client, l) && hub_heads.as_ref() == Some(&l.replica.heads()) {
                     continue;
                 }
-                let s = &l.sync;
+                let fresh = sync::State::new();
+                let s = a.client.state(l.doc).unwrap_or(&fresh);
                 out.push(format!(
                     "{} list {}: heads [{}], hub [{}], the hub said [{}], last sent [{}], \
                      pending {}, in flight {}, unacked {}",
@@ -1396,7 +1392,10 @@ impl<'a> Sim<'a> {
     /// earlier injection acknowledged and its repair received).
     fn rogue_ready(&self, a: usize, l: usize) -> bool {
         let agent = &self.agents[a];
-        agent.online && agent.ready && agent.conn.is_some() && in_sync(&agent.lists[l])
+        agent.online
+            && agent.ready
+            && agent.conn.is_some()
+            && in_sync(&agent.client, &agent.lists[l])
     }
 
     fn rogue(&mut self, a: usize, l: usize, action: Action) -> Result<bool, SimError> {
@@ -1521,6 +1520,16 @@ impl<'a> Sim<'a> {
         } else {
             self.unsettled()
         };
+        // The connections still open at both ends: their event streams must be whole.
+        let open: Vec<ConnId> = self
+            .agents
+            .iter()
+            .filter_map(|a| a.conn)
+            .filter(|c| self.hub_conns.contains(c))
+            .collect();
+        for c in open {
+            self.delivery.open_at_end(c);
+        }
         let hub = self.hub.take();
         let empty = BTreeMap::new();
         let hub_lists: Vec<(DocumentId, Option<&TodoList>)> = self
@@ -1566,6 +1575,7 @@ impl<'a> Sim<'a> {
             roles: self.roles.clone(),
             sides,
             closes: self.stats.closes.clone(),
+            events: Some(&self.delivery),
         };
         let verdict = check::check(&state)?;
         let versions = state.hub_versions();
@@ -1590,6 +1600,77 @@ impl<'a> Sim<'a> {
             wall_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             live: None,
         })
+    }
+}
+
+/// The simulation as the driver's I/O: its SQLite file, its network, its fault hooks.
+impl Io for Sim<'_> {
+    fn now_ms(&self) -> i64 {
+        self.epoch_ms()
+    }
+
+    async fn commit(&mut self, commits: &[Commit], at_ms: i64) -> Result<Vec<Stored>, StoreError> {
+        self.store_commits(commits, at_ms)
+    }
+
+    async fn compact(&mut self, c: Compaction) {
+        self.stats.compactions += 1;
+        if let Err(e) = self
+            .db
+            .compact(persist::doc_id(&c.doc), &c.snapshot, &c.heads)
+        {
+            self.io_error.get_or_insert(e.into());
+        }
+    }
+
+    async fn load(
+        &mut self,
+        doc: DocumentId,
+        actor: ActorId,
+    ) -> Result<Option<Option<StoredList>>, StoreError> {
+        persist::load_sync(&self.db, doc, actor).map(Some)
+    }
+
+    fn send(&mut self, c: ConnId, frame: Vec<u8>) -> bool {
+        if let Err(e) = self.send(c, Dir::ToAgent, frame, false) {
+            self.io_error.get_or_insert(e);
+        }
+        true
+    }
+
+    /// Events travel as a WebSocket frame does: never lost, doubled or overtaken within
+    /// their connection (a lost frame ends the connection), but for the planted faults.
+    fn send_events(&mut self, c: ConnId, frame: Vec<u8>) -> bool {
+        let fault = self.cfg.fault;
+        let times = match fault {
+            Some(Fault::DropEvent) if !self.planted => 0,
+            Some(Fault::DuplicateEvent) if !self.planted => 2,
+            _ => 1,
+        };
+        if times != 1 {
+            self.planted = true;
+        }
+        for _ in 0..times {
+            if let Err(e) = self.send(c, Dir::ToAgent, frame.clone(), true) {
+                self.io_error.get_or_insert(e);
+            }
+        }
+        true
+    }
+
+    fn relay(&mut self, c: ConnId, frame: Vec<u8>) {
+        if let Err(e) = self.send(c, Dir::ToAgent, frame, false) {
+            self.io_error.get_or_insert(e);
+        }
+    }
+
+    fn close(&mut self, c: ConnId, close: Close) {
+        self.hub_conns.remove(&c);
+        let at = self.now + self.net.latency(&mut self.rng);
+        let at = self.net.after_last(c, Dir::ToAgent, at);
+        if let Err(e) = self.queue.push(at, Event::Closed(c, close)) {
+            self.io_error.get_or_insert(e);
+        }
     }
 }
 
@@ -1651,7 +1732,11 @@ fn progress_mark(agent: &Agent) -> u64 {
             bytes.extend_from_slice(&h.0);
         }
         bytes.push(0);
-        for h in l.sync.their_heads.iter().flatten() {
+        let theirs = agent
+            .client
+            .state(l.doc)
+            .and_then(|s| s.their_heads.as_ref());
+        for h in theirs.into_iter().flatten() {
             bytes.extend_from_slice(&h.0);
         }
         bytes.push(1);
@@ -1660,13 +1745,15 @@ fn progress_mark(agent: &Agent) -> u64 {
 }
 
 /// The hub has acknowledged everything this replica has (and nothing waits).
-fn in_sync(l: &AgentList) -> bool {
-    let Some(theirs) = &l.sync.their_heads else {
-        return false;
+fn in_sync(client: &Session, l: &AgentList) -> bool {
+    client.in_sync(l.doc, &l.replica) && l.replica.pending_changes() == 0
+}
+
+/// The peer id of session `session` of agent `name`.
+fn agent_peer_id(name: &str, session: usize) -> Result<PeerId, SimError> {
+    let id = match session {
+        0 => name.to_owned(),
+        s => format!("{name}-s{s}"),
     };
-    let mut theirs = theirs.clone();
-    theirs.sort();
-    let mut ours = l.replica.heads();
-    ours.sort();
-    theirs == ours && l.replica.pending_changes() == 0
+    PeerId::new(id).map_err(|e| SimError::Setup(format!("agent name as a peer id: {e}")))
 }

@@ -63,6 +63,7 @@ mod schema;
 
 use std::fmt;
 
+pub mod drive;
 pub mod limits;
 pub mod persist;
 

@@ -1,4 +1,6 @@
-//! Between the core's [`Commit`](swarmtodo_core::hub::Commit)s and the store.
+//! Between the core's [`Commit`](swarmtodo_core::hub::Commit)s and the store: commits in one
+//! transaction per batch, the stored lists, loads (async for the server, `_sync` on a
+//! [`Db`] for the simulator).
 
 use std::collections::BTreeSet;
 
@@ -96,21 +98,38 @@ fn batch(commit: &Commit, now_ms: i64) -> Result<Batch, StoreError> {
     })
 }
 
-/// [`commit`] on a synchronous [`Db`], for code without a runtime (the simulation):
-/// the same rows as the hub writes.
-pub fn commit_sync(
+/// [`commit_all`] on a synchronous [`Db`], for code without a runtime (the
+/// simulation): the same rows in one transaction, the same answers.
+pub fn commit_all_sync(
     db: &mut Db,
     known: &mut BTreeSet<DocumentId>,
-    commit: &Commit,
+    commits: &[Commit],
     now_ms: i64,
-) -> Result<(), StoreError> {
-    let doc = doc_id(&commit.doc);
-    if !known.contains(&commit.doc) {
-        db.create_or_get_list(&commit.doc.to_string(), doc)?;
-        known.insert(commit.doc);
+) -> Result<Vec<Result<Vec<u64>, StoreError>>, StoreError> {
+    let mut merges = Vec::with_capacity(commits.len());
+    let mut out: Vec<Result<Vec<u64>, StoreError>> = Vec::with_capacity(commits.len());
+    for commit in commits {
+        let b = match batch(commit, now_ms).and_then(|b| b.check().map(|()| b)) {
+            Ok(b) => b,
+            Err(e) => {
+                out.push(Err(e));
+                continue;
+            }
+        };
+        if !known.contains(&commit.doc) {
+            db.create_or_get_list(&commit.doc.to_string(), doc_id(&commit.doc))?;
+            known.insert(commit.doc);
+        }
+        merges.push((doc_id(&commit.doc), b));
+        out.push(Ok(Vec::new()));
     }
-    db.commit_merge(doc, &batch(commit, now_ms)?)?;
-    Ok(())
+    let mut stored = db.commit_merges(&merges)?.into_iter();
+    for slot in out.iter_mut().filter(|r| r.is_ok()) {
+        if let Some(c) = stored.next() {
+            *slot = Ok(c.seqs);
+        }
+    }
+    Ok(out)
 }
 
 /// The lists of a synchronous [`Db`], told to the core (which loads each when a peer
@@ -143,18 +162,6 @@ pub fn load_sync(
         reported: db.reported(doc)?,
         since_compaction,
     }))
-}
-
-/// [`reload`] from a synchronous [`Db`].
-pub fn reload_sync(db: &Db, core: &mut HubCore, id: DocumentId) -> Result<(), StoreError> {
-    let doc = doc_id(&id);
-    let loaded = match db.load(doc) {
-        Ok(Some(l)) => l,
-        Ok(None) | Err(StoreError::UnknownList(_)) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    core.load_doc(id, loaded.rebuild()?, db.reported(doc)?);
-    Ok(())
 }
 
 /// The stored lists, told to the core (which loads each when a peer asks for it:
@@ -199,24 +206,6 @@ pub async fn load(
         reported,
         since_compaction,
     }))
-}
-
-/// Reloads one list from the store into the core (after its in-memory state was
-/// dropped). A list with nothing stored yet is simply forgotten.
-pub async fn reload(store: &Store, core: &mut HubCore, id: DocumentId) -> Result<(), StoreError> {
-    let doc = doc_id(&id);
-    let loaded = match store.load(doc).await {
-        Ok(Some(l)) => l,
-        Ok(None) | Err(StoreError::UnknownList(_)) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let rebuilt = tokio::task::spawn_blocking(move || loaded.rebuild())
-        .await
-        .map_err(|_| StoreError::Closed)??;
-    let reported = store.reported(doc).await?;
-    core.load_doc(id, rebuilt, reported);
-    tracing::info!(doc = %id, "list reloaded");
-    Ok(())
 }
 
 #[cfg(test)]

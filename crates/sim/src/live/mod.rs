@@ -1092,6 +1092,7 @@ fn judge(
         roles,
         sides,
         closes: ended.stats.closes.clone(),
+        events: None,
     };
     let verdict = check::check(&state)?;
     let versions = state.hub_versions();
