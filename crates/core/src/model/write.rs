@@ -8,12 +8,13 @@ use automerge::{transaction::Transactable, ActorId, ObjType, ROOT};
 
 use super::doc::{self, field, RawTask};
 use super::index::Index;
-use super::{normalize, position};
+use super::{normalize, position, write, Merge, TodoList};
 use crate::proto::{
     ApiError, ErrorCode, PatchOp, Priority, Status, Task, TaskPatch, WriteMode, WriteRequest,
-    AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, EXPLANATION_BYTES_MAX, LIST_TASKS_MAX,
+    WriteResult, AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, EXPLANATION_BYTES_MAX, LIST_TASKS_MAX,
     TASK_ID_BYTES_MAX, TASK_TEXT_BYTES_MAX, WRITE_OPS_MAX,
 };
+use automerge::{transaction::CommitOptions, AutomergeError};
 
 /// Who writes, when, and the seed for generated task ids. The model reads no clock and
 /// no OS randomness: the caller passes both.
@@ -929,6 +930,138 @@ pub(crate) fn register_agent(
         }
     }
     Ok(())
+}
+
+impl TodoList {
+    /// `todo_write`: validates the whole request, then commits what differs as one
+    /// change. An invalid request changes nothing. Returns the result and what the
+    /// change touched (empty when the write asked for what was already there).
+    pub fn write(
+        &mut self,
+        req: &WriteRequest,
+        ctx: &WriteContext,
+    ) -> Result<(WriteResult, Merge), ApiError> {
+        if let Some(expected) = &req.expected_version {
+            let current = self.version();
+            if *expected != current {
+                return Err(ApiError {
+                    code: ErrorCode::StaleVersion,
+                    field: Some("expected_version".into()),
+                    allowed: Vec::new(),
+                    message: format!(
+                        "the list moved on from {expected} to {current}: re-read it (the current list is attached) and send the write again"
+                    ),
+                    current: Some(Box::new(self.read())),
+                });
+            }
+        }
+        let base = match &req.mode {
+            WriteMode::Replace {
+                base_version: Some(v),
+                ..
+            } if *v != self.version() => Some(self.base_tasks(v)?),
+            _ => None,
+        };
+        let plan = write::plan(&self.index, req, ctx, base.as_ref())?;
+        let version = self.version();
+        if write::plan_is_noop(&self.index, &plan) {
+            return Ok((
+                WriteResult {
+                    version,
+                    changed: false,
+                    created: Vec::new(),
+                    updated: Vec::new(),
+                    removed: Vec::new(),
+                },
+                Merge::default(),
+            ));
+        }
+        let merge = self
+            .commit(&plan, ctx, req.explanation.as_deref())
+            .map_err(internal)?;
+        let created: Vec<String> = plan.created.clone();
+        let updated: Vec<String> = merge
+            .tasks
+            .iter()
+            .filter(|(id, d)| d.before.is_some() && d.after.is_some() && !created.contains(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        Ok((
+            WriteResult {
+                version: self.version(),
+                changed: true,
+                created,
+                updated,
+                removed: plan.removed.clone(),
+            },
+            merge,
+        ))
+    }
+
+    fn commit(
+        &mut self,
+        plan: &write::Plan,
+        ctx: &WriteContext,
+        explanation: Option<&str>,
+    ) -> Result<Merge, AutomergeError> {
+        let tasks_obj = match self.index.tasks_obj.clone() {
+            Some(t) => t,
+            None => {
+                // A document made elsewhere without our root: add the map once.
+                let mut tx = self.doc.transaction();
+                let t = tx.put_object(ROOT, doc::TASKS, ObjType::Map)?;
+                tx.commit_with(CommitOptions::default().with_time(ctx.now_ms));
+                self.index = Index::build(&self.doc);
+                t
+            }
+        };
+        let actor = self.doc.get_actor().clone();
+        let index = &self.index;
+        let mut opts = CommitOptions::default().with_time(ctx.now_ms);
+        if let Some(e) = explanation {
+            opts = opts.with_message(e);
+        }
+        let mut tx = self.doc.transaction();
+        let mut wrote = false;
+        for (id, d) in &plan.changed {
+            let existing = index.tasks.get(id);
+            match d {
+                None => {
+                    if existing.is_some() {
+                        tx.delete(&tasks_obj, id.as_str())?;
+                        wrote = true;
+                    }
+                }
+                Some(d) => {
+                    wrote |= write::write_task(
+                        &mut tx,
+                        &tasks_obj,
+                        existing.map(|e| (&e.obj, &e.raw)),
+                        d,
+                    )?;
+                }
+            }
+        }
+        if wrote {
+            write::register_agent(&mut tx, index.agents_obj.as_ref(), &actor, &ctx.agent)?;
+        }
+        tx.commit_with(opts);
+        let Some(change) = self.doc.get_last_local_change() else {
+            return Ok(Merge::default());
+        };
+        self.window.record(&self.doc, std::iter::once(&change));
+        Ok(self.index.absorb(&self.doc, &[change]))
+    }
+}
+
+fn internal(e: AutomergeError) -> ApiError {
+    ApiError {
+        code: ErrorCode::Internal,
+        field: None,
+        allowed: Vec::new(),
+        message: format!("the write could not be committed ({e}); nothing changed, try again"),
+        current: None,
+    }
 }
 
 #[cfg(test)]
