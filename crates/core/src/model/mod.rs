@@ -53,25 +53,23 @@ use automerge::{
     Change, ChangeHash, ObjType, ROOT,
 };
 
-pub use self::doc::RawTask;
+pub use self::apply::{chunk_changes, storage_chunk_len};
+pub use self::doc::{field, RawTask};
 pub use self::index::{ChangeInfo, Merge, TaskDelta};
+pub use self::normalize::{
+    clip, clip_written, normalize, normalize_priority, normalize_status, status_alias,
+};
 pub use self::write::WriteContext;
+pub use crate::limits::PENDING_CHANGES_MAX;
 pub use crate::proto::parse_write_request;
 pub use crate::proto::{
     ApiError, ErrorCode, PatchOp, Priority, Snapshot, Status, Task, TaskPatch, Version, WriteMode,
     WriteRequest, WriteResult,
 };
 
-pub use self::doc::field;
+pub(crate) use self::apply::dependencies_first;
 pub(crate) use self::doc::{value_json, OpKey, ROOT_ACTOR, TASK_ENTRY};
 pub(crate) use self::index::Index;
-pub use crate::limits::PENDING_CHANGES_MAX;
-
-pub(crate) use self::apply::dependencies_first;
-pub use self::apply::{chunk_changes, storage_chunk_len};
-pub use self::normalize::{
-    clip, clip_written, normalize, normalize_priority, normalize_status, status_alias,
-};
 pub(crate) use self::repair::{FieldValue, RootValue, Writes};
 
 /// Errors of the replica that are not a refused write: broken documents and transport
