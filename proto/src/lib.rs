@@ -16,7 +16,10 @@
 //! ```
 
 pub mod limits;
+mod request;
 pub mod wire;
+
+pub use self::request::parse_write_request;
 
 pub use self::limits::{
     AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, EVENT_VALUE_BYTES_MAX, EXPLANATION_BYTES_MAX,

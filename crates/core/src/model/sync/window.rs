@@ -1,118 +1,44 @@
-//! Automerge sync whose cost follows what changed, not the history.
-//!
-//! Automerge 0.12's `receive_sync_message` walks every ancestor of the peer's heads on
-//! every message (`filter_changes` → `remove_ancestors`), even an acknowledgement that
-//! carries nothing, and `generate_sync_message` recomputes "the changes since the
-//! shared heads" from the change graph (`get_hashes`) for every peer. Both grow with
-//! the history. Here the same algorithm runs over [`SyncWindow`]: the last
-//! [`SYNC_WINDOW_CHANGES`] changes this replica applied, in the order it applied them,
-//! with the heads after each. The common cases — a peer acknowledging heads we had, one
-//! new change going to every peer that was up to date — are answered from the window;
-//! anything the window cannot answer exactly (a peer far behind, a fresh peer that needs
-//! the whole document, a peer whose last word was "I have all this since the
-//! beginning") falls back to the stock functions, once per such message. The result is the same
-//! message and the same [`State`] either way (the differential test
-//! `tests/sync_fast.rs` runs both on random histories).
-//!
-//! Why the window is exact: changes enter it in causal order (every change after its
-//! dependencies), so
-//! - the changes that are not ancestors of the heads recorded after window entry `k`
-//!   are exactly the entries after `k` (the applied set is causally closed at every
-//!   step); and
-//! - a path of dependencies from any head down to a change `x` only passes through
-//!   changes applied after `x`, so "is `x` an ancestor of these heads" is decided by a
-//!   walk that never leaves the window when `x` is in it.
+//! The recent-changes window ([`SyncWindow`]): the last changes a replica applied, in
+//! order, with the heads after each; and [`SentIndex`], a peer's changes in flight by
+//! window position.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
-/// The hash maps of this module are keyed by change hashes, which peers send: foldhash
-/// (seeded per process) costs a fraction of std's SipHash on 32 bytes, and sync runs
-/// these lookups for every peer of every write.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
-
-use automerge::sync::{BloomFilter, ChunkList, Have, Message, MessageFlags, MessageVersion, State};
+use automerge::sync::State;
 use automerge::{Automerge, Change, ChangeHash};
 
-pub use crate::limits::{
-    SYNC_CHANGES_BYTES_MAX, SYNC_WINDOW_CHANGES, SYNC_WINDOW_CHANGES_MAX, SYNC_WINDOW_FLOOR_SLACK,
-};
-
-/// How many sync steps took the window and how many fell back to the stock functions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SyncCounters {
-    /// Messages received or generated from the window alone.
-    pub fast: u64,
-    /// Messages handled by automerge's stock functions.
-    pub stock: u64,
-    /// Messages generated with part of their changes left for the next one
-    /// ([`SYNC_CHANGES_BYTES_MAX`]).
-    pub cut: u64,
-}
-
-/// [`SyncCounters`] kept by a replica (atomics, so a replica stays `Sync`).
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    fast: std::sync::atomic::AtomicU64,
-    stock: std::sync::atomic::AtomicU64,
-    cut: std::sync::atomic::AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn count(&self, fast: bool) {
-        let c = if fast { &self.fast } else { &self.stock };
-        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    pub(crate) fn count_cut(&self) {
-        self.cut.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    pub(crate) fn get(&self) -> SyncCounters {
-        SyncCounters {
-            fast: self.fast.load(std::sync::atomic::Ordering::Relaxed),
-            stock: self.stock.load(std::sync::atomic::Ordering::Relaxed),
-            cut: self.cut.load(std::sync::atomic::Ordering::Relaxed),
-        }
-    }
-}
-
-impl Clone for Counters {
-    /// A copy starts counting from zero.
-    fn clone(&self) -> Self {
-        Counters::default()
-    }
-}
+use super::{change_count, doc_change_count, HashMap, HashSet};
+use crate::limits::{SYNC_WINDOW_CHANGES, SYNC_WINDOW_CHANGES_MAX, SYNC_WINDOW_FLOOR_SLACK};
 
 /// The position of a dependency that was not in the window when its dependent was
 /// recorded.
-const NOT_IN_WINDOW: u64 = u64::MAX;
+pub(super) const NOT_IN_WINDOW: u64 = u64::MAX;
 
 /// Sets of heads up to this size are also looked up less one member when the window
 /// bounds their ancestry ([`SyncWindow::low_of`]): a lookup each.
-const LOW_SUBSETS_MAX: usize = 16;
+pub(super) const LOW_SUBSETS_MAX: usize = 16;
 
 /// One change of the window: what sync needs of it (its hash, its dependencies, its
 /// bytes), not the decoded `Change` — a `Change` is several hundred bytes before its
 /// heap parts, and the window holds [`SYNC_WINDOW_CHANGES`] of them per list.
 #[derive(Debug, Clone)]
-struct Entry {
-    hash: ChangeHash,
+pub(super) struct Entry {
+    pub(super) hash: ChangeHash,
     /// Its absolute position (see [`SyncWindow::end`]).
-    pos: u64,
-    deps: Box<[ChangeHash]>,
+    pub(super) pos: u64,
+    pub(super) deps: Box<[ChangeHash]>,
     /// The positions of its dependencies ([`NOT_IN_WINDOW`] for those older than the
     /// window), so that a walk over the window follows them without hashing.
-    dep_pos: Box<[u64]>,
-    bytes: Box<[u8]>,
+    pub(super) dep_pos: Box<[u64]>,
+    pub(super) bytes: Box<[u8]>,
     /// The replica's heads right after this change (sorted).
-    heads_after: Vec<ChangeHash>,
+    pub(super) heads_after: Vec<ChangeHash>,
     /// A position before which every change is an ancestor of this one (absolute;
     /// `None`: not known within the window). Under concurrent writers a change's
     /// ancestry reaches far below its own position — a writer whose messages wait in
     /// the hub's queue writes on top of what it heard long before — and a peer that
     /// shares such a change with us still needs the window from there.
-    low: Option<u64>,
+    pub(super) low: Option<u64>,
 }
 
 /// The last changes a replica applied, in order (see the module docs).
@@ -120,30 +46,30 @@ struct Entry {
 pub(crate) struct SyncWindow {
     /// Which window this is, for [`SentIndex`]: positions are this window's own (a
     /// window that starts over, or a copy that goes its own way, takes a new one).
-    epoch: u64,
+    pub(super) epoch: u64,
     /// Heads before the first entry (sorted).
-    base_heads: Vec<ChangeHash>,
-    entries: VecDeque<Entry>,
+    pub(super) base_heads: Vec<ChangeHash>,
+    pub(super) entries: VecDeque<Entry>,
     /// Absolute number of the first entry (entries ever evicted).
-    offset: u64,
+    pub(super) offset: u64,
     /// Absolute position of every change in the window.
-    by_hash: HashMap<ChangeHash, u64>,
+    pub(super) by_hash: HashMap<ChangeHash, u64>,
     /// Sorted heads → the number of changes applied when they were the heads (absolute).
-    by_heads: HashMap<Vec<ChangeHash>, u64>,
+    pub(super) by_heads: HashMap<Vec<ChangeHash>, u64>,
     /// Entries from this absolute position on are kept past [`SYNC_WINDOW_CHANGES`]
     /// (up to [`SYNC_WINDOW_CHANGES_MAX`]): a peer still needs them. `u64::MAX`: none.
-    keep_from: u64,
+    pub(super) keep_from: u64,
     /// The document's number of changes when its heads were last seen to be the
     /// window's. A history only grows, so while the number is the same the heads are
     /// too: [`SyncWindow::in_step`] without asking automerge for its heads (which collects
     /// and sorts them: with concurrent writers, a hundred, several times per message).
-    doc_changes: u64,
+    pub(super) doc_changes: u64,
 }
 
 /// The last epoch given to a window ([`SyncWindow::epoch`]; 0 is none).
 static EPOCHS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-fn next_epoch() -> u64 {
+pub(super) fn next_epoch() -> u64 {
     EPOCHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
 }
 
@@ -271,7 +197,7 @@ impl SyncWindow {
 
     /// True when recording a change must first drop the oldest: the window is at its
     /// size and no peer needs the oldest entry, or it is at its most.
-    fn full(&self) -> bool {
+    pub(super) fn full(&self) -> bool {
         let len = self.entries.len();
         len >= SYNC_WINDOW_CHANGES_MAX
             || (len >= SYNC_WINDOW_CHANGES && self.offset < self.keep_from)
@@ -291,7 +217,7 @@ impl SyncWindow {
 
     /// [`SyncWindow::low_of_deps`] for a sorted, deduplicated set of changes: a position
     /// before which every change is an ancestor of one of them.
-    fn low_of(&self, sorted: &[ChangeHash]) -> Option<u64> {
+    pub(super) fn low_of(&self, sorted: &[ChangeHash]) -> Option<u64> {
         // Every change before that position is an ancestor, the set's own included:
         // nothing below can say more.
         if let Some(&at) = self.by_heads.get(sorted) {
@@ -389,7 +315,7 @@ impl SyncWindow {
     }
 
     /// Drops the oldest entry; the window then starts at the heads after it.
-    fn evict_first(&mut self) {
+    pub(super) fn evict_first(&mut self) {
         if let Some(first) = self.entries.pop_front() {
             self.by_hash.remove(&first.hash);
             self.by_heads.remove(&self.base_heads);
@@ -403,7 +329,7 @@ impl SyncWindow {
         self.in_step_at(doc_change_count(doc))
     }
 
-    fn in_step_at(&self, doc_changes: u64) -> bool {
+    pub(super) fn in_step_at(&self, doc_changes: u64) -> bool {
         doc_changes == self.doc_changes
     }
 
@@ -420,7 +346,7 @@ impl SyncWindow {
     /// second case is what concurrent writers bring: a peer's heads, or what it shares
     /// with us, are often a set of changes this replica never had as its heads. The walk
     /// back from them never leaves the window.
-    fn since(&self, heads: &[ChangeHash]) -> Option<Vec<&Entry>> {
+    pub(super) fn since(&self, heads: &[ChangeHash]) -> Option<Vec<&Entry>> {
         let mut key = heads.to_vec();
         key.sort_unstable();
         key.dedup();
@@ -514,7 +440,7 @@ impl SyncWindow {
         )
     }
 
-    fn entry(&self, h: &ChangeHash) -> Option<&Entry> {
+    pub(super) fn entry(&self, h: &ChangeHash) -> Option<&Entry> {
         let pos = *self.by_hash.get(h)?;
         self.entries.get(usize::try_from(pos - self.offset).ok()?)
     }
@@ -524,7 +450,7 @@ impl SyncWindow {
     /// (inclusive). `None` when one is older than the window (the walk would leave it).
     /// Returned rather than applied so that an acknowledgement costs what it
     /// acknowledges, not a copy of everything in flight (a lagging peer has thousands).
-    fn ancestors_among(&self, sent: &[u64], heads: &[ChangeHash]) -> Option<Vec<u64>> {
+    pub(super) fn ancestors_among(&self, sent: &[u64], heads: &[ChangeHash]) -> Option<Vec<u64>> {
         let Some(&lowest) = sent.first() else {
             return Some(Vec::new());
         };
@@ -595,7 +521,7 @@ impl SyncWindow {
     }
 
     /// The hash of the change at window position `pos`, if the window holds it.
-    fn hash_at(&self, pos: u64) -> Option<ChangeHash> {
+    pub(super) fn hash_at(&self, pos: u64) -> Option<ChangeHash> {
         let i = usize::try_from(pos.checked_sub(self.offset)?).ok()?;
         self.entries.get(i).map(|e| e.hash)
     }
@@ -611,8 +537,8 @@ impl SyncWindow {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SentIndex {
     /// The window the positions are of ([`SyncWindow::epoch`]); 0: none yet.
-    epoch: u64,
-    positions: Vec<u64>,
+    pub(super) epoch: u64,
+    pub(super) positions: Vec<u64>,
 }
 
 impl SentIndex {
@@ -620,7 +546,7 @@ impl SentIndex {
     /// index is of `window` and as long (the fast paths below keep both in step; a
     /// stock step drops the index: [`SentIndex::forget`]). `None` when a change
     /// in flight is not in the window.
-    fn of<'i>(&'i mut self, window: &SyncWindow, state: &State) -> Option<&'i [u64]> {
+    pub(super) fn of<'i>(&'i mut self, window: &SyncWindow, state: &State) -> Option<&'i [u64]> {
         if self.epoch != window.epoch || self.positions.len() != state.sent_hashes.len() {
             self.epoch = 0;
             let mut positions: Vec<u64> = state
@@ -648,469 +574,4 @@ impl SentIndex {
         self.epoch = 0;
         self.positions.clear();
     }
-}
-
-/// Stock `receive_sync_message` for the state part, when the changes (if any) were
-/// already applied by the caller: `before` are the heads before they were. Returns
-/// `false` (state untouched) when the window cannot answer; the caller then runs the
-/// stock function.
-pub(crate) fn receive_state(
-    doc: &Automerge,
-    window: &SyncWindow,
-    state: &mut State,
-    sent: &mut SentIndex,
-    message: Message,
-    before: &[ChangeHash],
-) -> Result<(), Message> {
-    if !window.in_step(doc) {
-        tracing::debug!(why = "window out of step", "receive: no window answer");
-        return Err(message);
-    }
-    let known: Vec<ChangeHash> = message
-        .heads
-        .iter()
-        .filter(|h| window.has_change(doc, h))
-        .copied()
-        .collect();
-    let Some(acknowledged) = sent
-        .of(window, state)
-        .and_then(|positions| window.ancestors_among(positions, &known))
-    else {
-        tracing::debug!(
-            why = "a change in flight is older than the window",
-            missing = state.sent_hashes.iter().filter(|h| !window.by_hash.contains_key(h)).count(),
-            sent = state.sent_hashes.len(),
-            shared_pos = ?state.shared_heads.iter().map(|h| window.by_hash.get(h).copied()).collect::<Vec<_>>(),
-            offset = window.offset,
-            len = window.entries.len(),
-            keep_from = window.keep_from,
-            "receive: no window answer"
-        );
-        return Err(message);
-    };
-    let Message {
-        heads,
-        need,
-        have,
-        changes,
-        flags,
-        ..
-    } = message;
-    state.in_flight = false;
-    if let Some(flags) = flags {
-        let mut caps = vec![automerge::sync::Capability::MessageV2];
-        if flags.contains(MessageFlags::SUPPORTS_SYNC_RESET) {
-            caps.push(automerge::sync::Capability::SyncReset);
-        }
-        state.their_capabilities = Some(caps);
-        if flags.contains(MessageFlags::SYNC_RESET) {
-            state.sent_hashes.clear();
-            sent.positions.clear();
-        }
-        state.peer_read_only = flags.contains(MessageFlags::READ_ONLY);
-    }
-    let after = window.heads().to_vec();
-    if !changes.is_empty() && !state.read_only {
-        state.shared_heads = advance_heads(before, &after, &state.shared_heads);
-    }
-    // The stock function removes ancestors after a possible reset cleared the set.
-    if !state.sent_hashes.is_empty() {
-        for &p in &acknowledged {
-            if let Some(h) = window.hash_at(p) {
-                state.sent_hashes.remove(&h);
-            }
-        }
-        let mut acknowledged = acknowledged;
-        acknowledged.sort_unstable();
-        sent.positions
-            .retain(|p| acknowledged.binary_search(p).is_err());
-    }
-    if changes.is_empty() && heads.as_slice() == before {
-        state.last_sent_heads.clone_from(&heads);
-    }
-    if known.len() == heads.len() {
-        state.shared_heads.clone_from(&heads);
-        if heads.is_empty() {
-            state.last_sent_heads = Vec::new();
-            state.sent_hashes = BTreeSet::new();
-            sent.positions.clear();
-        }
-    } else {
-        let mut shared: Vec<ChangeHash> =
-            state.shared_heads.iter().chain(&known).copied().collect();
-        shared.sort_unstable();
-        shared.dedup();
-        state.shared_heads = shared;
-    }
-    state.their_have = Some(have);
-    state.their_heads = Some(heads);
-    state.their_need = Some(need);
-    Ok(())
-}
-
-/// Automerge's `advance_heads` (private there).
-pub(crate) fn advance_heads(
-    old_heads: &[ChangeHash],
-    new_heads: &[ChangeHash],
-    old_shared: &[ChangeHash],
-) -> Vec<ChangeHash> {
-    let mut out: Vec<ChangeHash> = new_heads
-        .iter()
-        .filter(|h| !old_heads.contains(h))
-        .chain(old_shared.iter().filter(|h| new_heads.contains(h)))
-        .copied()
-        .collect();
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
-/// Stock `generate_sync_message` from the window. `None` when the window cannot
-/// answer (state untouched); `Some(None)` when there is nothing to send. Changes over
-/// `budget` bytes are cut to the oldest that fit (at least one; the others are left
-/// for the next message, see `TodoList::generate_sync_message`), and `cut` says how
-/// many went and how many were left.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn generate(
-    doc: &Automerge,
-    window: &SyncWindow,
-    pending: &[Change],
-    state: &mut State,
-    sent: &mut SentIndex,
-    fresh_from: Option<u64>,
-    budget: usize,
-    cut: &mut Option<(usize, usize)>,
-) -> Option<Option<Message>> {
-    if !window.in_step(doc) {
-        return None;
-    }
-    let our_heads = window.heads().to_vec();
-    let (our_need, send_have) = need_and_have(doc, window, pending, state);
-    if let Some(first) = state.their_have.as_ref().and_then(|h| h.first()) {
-        if !first.last_sync.iter().all(|h| window.has_change(doc, h)) {
-            let mut flags = MessageFlags::new();
-            flags.set(MessageFlags::SUPPORTS_SYNC_RESET);
-            // Stock `Message::reset`.
-            return Some(Some(Message {
-                heads: our_heads,
-                need: Vec::new(),
-                have: vec![Have::default()],
-                changes: ChunkList::empty(),
-                flags: Some(flags),
-                version: MessageVersion::V1,
-            }));
-        }
-    }
-    let v2 = supports_v2(state);
-    let changes: Vec<&Entry> = if state.is_peer_read_only() {
-        Vec::new()
-    } else if let (Some(have), Some(need)) = (&state.their_have, &state.their_need) {
-        if state.their_heads.as_deref() == Some(&[]) && v2 {
-            // The whole document: the history, by definition.
-            return no_answer("the peer has nothing");
-        }
-        let (need_part, since_part) = hashes_to_send(
-            doc,
-            window,
-            have,
-            need,
-            state.their_heads.as_deref(),
-            fresh_from,
-        )
-        .or_else(|| no_answer("the peer's last sync is older than the window"))?;
-        let need_part: Vec<ChangeHash> = need_part
-            .into_iter()
-            .filter(|h| !state.sent_hashes.contains(h))
-            .collect();
-        // In flight already: by position when the index has them all (a lagging
-        // peer has thousands, and the window's changes come in position order).
-        let since_part: Vec<&Entry> = match sent.of(window, state) {
-            Some(positions) => {
-                let mut at = 0;
-                since_part
-                    .into_iter()
-                    .filter(|e| {
-                        at += positions[at..].partition_point(|&p| p < e.pos);
-                        positions.get(at) != Some(&e.pos)
-                    })
-                    .collect()
-            }
-            None => since_part
-                .into_iter()
-                .filter(|e| !state.sent_hashes.contains(&e.hash))
-                .collect(),
-        };
-        let count = need_part.len() + since_part.len();
-        if v2 && count > change_count(doc) / 3 {
-            tracing::debug!(
-                why = "more than a third of the history to send",
-                hashes = count,
-                "generate: no window answer"
-            );
-            return None;
-        }
-        let mut changes: Vec<&Entry> = need_part
-            .iter()
-            .map(|h| window.entry(h))
-            .collect::<Option<_>>()?;
-        changes.extend(since_part);
-        if changes.iter().map(|e| e.bytes.len()).sum::<usize>() > budget {
-            // The window holds changes in the order they were applied: causal order.
-            changes.sort_unstable_by_key(|e| e.pos);
-            changes.dedup_by_key(|e| e.pos);
-            let mut used = 0;
-            let taken = changes
-                .iter()
-                .take_while(|e| {
-                    used += e.bytes.len();
-                    used == e.bytes.len() || used <= budget
-                })
-                .count();
-            *cut = Some((taken, changes.len() - taken));
-            changes.truncate(taken);
-        }
-        changes
-    } else {
-        Vec::new()
-    };
-    let heads_unchanged = state.last_sent_heads == our_heads;
-    let heads_equal = state.their_heads.as_ref() == Some(&our_heads);
-    if heads_unchanged && state.have_responded {
-        if (heads_equal || state.read_only) && changes.is_empty() {
-            return Some(None);
-        }
-        if state.in_flight {
-            return Some(None);
-        }
-    }
-    let our_have = if send_have {
-        let bloom = BloomFilter::from_hashes(
-            window
-                .since(&state.shared_heads)
-                .or_else(|| no_answer("the shared heads are older than the window"))?
-                .into_iter()
-                .map(|e| e.hash)
-                .collect::<Vec<_>>()
-                .into_iter(),
-        );
-        vec![Have {
-            last_sync: state.shared_heads.clone(),
-            bloom,
-        }]
-    } else {
-        Vec::new()
-    };
-
-    state.have_responded = true;
-    state.last_sent_heads.clone_from(&our_heads);
-    let was_indexed = sent.epoch == window.epoch && sent.positions.len() == state.sent_hashes.len();
-    state.sent_hashes.extend(changes.iter().map(|e| e.hash));
-    if was_indexed {
-        sent.positions.extend(changes.iter().map(|e| e.pos));
-        sent.positions.sort_unstable();
-        sent.positions.dedup();
-    } else {
-        sent.forget();
-    }
-    let mut flags = MessageFlags::new();
-    flags.set(MessageFlags::SUPPORTS_SYNC_RESET);
-    if state.read_only {
-        flags.set(MessageFlags::READ_ONLY);
-    }
-    let heads = if state.needs_reset {
-        state.needs_reset = false;
-        if peer_supports_sync_reset(state) {
-            flags.set(MessageFlags::SYNC_RESET);
-            our_heads
-        } else {
-            Vec::new()
-        }
-    } else {
-        our_heads
-    };
-    let (chunks, version) = change_chunks(changes.iter().map(|e| &*e.bytes), v2);
-    state.in_flight = true;
-    Some(Some(Message {
-        heads,
-        need: our_need,
-        have: our_have,
-        changes: ChunkList::from(chunks),
-        flags: Some(flags),
-        version,
-    }))
-}
-
-/// Why [`generate`] leaves a message to the stock function, logged; `None`.
-fn no_answer<T>(why: &'static str) -> Option<T> {
-    tracing::debug!(why, "generate: no window answer");
-    None
-}
-
-/// The change list of a sync message as stock automerge lays it out: one chunk with
-/// the changes one after the other for a peer that reads V2 messages, else one chunk
-/// per change (V1).
-pub fn change_chunks<'a>(
-    changes: impl Iterator<Item = &'a [u8]>,
-    v2: bool,
-) -> (Vec<Vec<u8>>, MessageVersion) {
-    if v2 {
-        // Slice by slice: collecting the bytes one at a time was 7 % of a busy hub.
-        let parts: Vec<&[u8]> = changes.collect();
-        let mut joined: Vec<u8> = Vec::with_capacity(parts.iter().map(|c| c.len()).sum());
-        for c in parts {
-            joined.extend_from_slice(c);
-        }
-        let chunks = if joined.is_empty() {
-            Vec::new()
-        } else {
-            vec![joined]
-        };
-        (chunks, MessageVersion::V2)
-    } else {
-        (changes.map(<[u8]>::to_vec).collect(), MessageVersion::V1)
-    }
-}
-
-/// What a message to this peer asks for, and whether it says what we have: stock
-/// `missing_deps_from(their_heads)` with automerge's queue being `pending` (the
-/// replica holds changes whose dependencies are missing there, not in automerge).
-pub(crate) fn need_and_have(
-    doc: &Automerge,
-    window: &SyncWindow,
-    pending: &[Change],
-    state: &State,
-) -> (Vec<ChangeHash>, bool) {
-    let need = if state.read_only {
-        Vec::new()
-    } else {
-        let queued: HashMap<ChangeHash, &Change> = pending.iter().map(|c| (c.hash(), c)).collect();
-        let mut missing = BTreeSet::new();
-        let mut seen = HashSet::default();
-        let mut stack: Vec<ChangeHash> = state.their_heads.iter().flatten().copied().collect();
-        while let Some(h) = stack.pop() {
-            if window.has_change(doc, &h) || !seen.insert(h) {
-                continue;
-            }
-            match queued.get(&h) {
-                Some(c) => stack.extend(c.deps().iter().copied()),
-                None => {
-                    missing.insert(h);
-                }
-            }
-        }
-        missing.into_iter().collect()
-    };
-    let theirs: HashSet<&ChangeHash> = state.their_heads.iter().flatten().collect();
-    let have = need.iter().all(|h| theirs.contains(h));
-    (need, have)
-}
-
-/// Stock `get_hashes_to_send`, from the window: the hashes the peer asked for that are
-/// not among the rest, then the window's changes to send, in order. With
-/// `fresh_from`, the window's changes from that position on are sent whatever the
-/// peer's Bloom filters say (see
-/// [`crate::model::TodoList::generate_sync_message_after`]).
-///
-/// Stock marks the changes its peer's filters do not hold, then adds, transitively,
-/// every change depending on a marked one. The window is in causal order (a change
-/// comes after its dependencies), so one pass in that order does both: a change is
-/// sent when the filters miss it or one of its dependencies is sent. A lagging peer
-/// has thousands of changes since its last sync, and this runs for every answer to
-/// it: the pass follows dependencies by position, with no hashing.
-#[allow(clippy::type_complexity)]
-fn hashes_to_send<'r>(
-    doc: &Automerge,
-    window: &'r SyncWindow,
-    have: &[Have],
-    need: &[ChangeHash],
-    their_heads: Option<&[ChangeHash]>,
-    fresh_from: Option<u64>,
-) -> Option<(Vec<ChangeHash>, Vec<&'r Entry>)> {
-    let need: Vec<ChangeHash> = need
-        .iter()
-        .filter(|h| window.has_change(doc, h))
-        .copied()
-        .collect();
-    if have.is_empty() {
-        return Some((need, Vec::new()));
-    }
-    let last_sync: Vec<ChangeHash> = have
-        .iter()
-        .flat_map(|h| h.last_sync.iter().copied())
-        .collect();
-    // A peer whose last word was "last sync: never" (its first message after
-    // connecting) sent a Bloom filter of its whole history, taken at the heads it sent
-    // with it. Stock walks the whole history against that filter; but every ancestor of
-    // those heads is in the filter (a Bloom filter has no false negatives), so only the
-    // changes after them can be sent — the window's entries after those heads, when it
-    // has them. Same changes, same order (the document's), without the walk.
-    let after_their_heads = match (have, their_heads) {
-        ([only], Some(heads)) if only.last_sync.is_empty() && !heads.is_empty() => {
-            window.since(heads)
-        }
-        _ => None,
-    };
-    let since: Vec<&Entry> = match after_their_heads {
-        Some(after) => after,
-        None => window.since(&last_sync)?,
-    };
-    let (Some(first), Some(last)) = (since.first(), since.last()) else {
-        return Some((need, Vec::new()));
-    };
-    let base = first.pos;
-    let span = usize::try_from(last.pos - base).ok()? + 1;
-    let mut marked = vec![false; span];
-    let slot = move |pos: u64| {
-        pos.checked_sub(base)
-            .and_then(|i| usize::try_from(i).ok())
-            .filter(|&i| i < span)
-    };
-    let mut to_send = Vec::new();
-    for e in since {
-        let fresh = fresh_from.is_some_and(|f| e.pos >= f);
-        let send = fresh
-            || have.iter().all(|h| !h.bloom.contains_hash(&e.hash))
-            || e.dep_pos
-                .iter()
-                .any(|&p| slot(p).is_some_and(|i| marked[i]));
-        if send {
-            if let Some(i) = slot(e.pos) {
-                marked[i] = true;
-            }
-            to_send.push(e);
-        }
-    }
-    let need = need
-        .into_iter()
-        .filter(|h| {
-            window
-                .by_hash
-                .get(h)
-                .and_then(|&p| slot(p))
-                .is_none_or(|i| !marked[i])
-        })
-        .collect();
-    Some((need, to_send))
-}
-
-fn change_count(doc: &Automerge) -> usize {
-    usize::try_from(doc_change_count(doc)).unwrap_or(usize::MAX)
-}
-
-fn doc_change_count(doc: &Automerge) -> u64 {
-    automerge::ReadDoc::stats(doc).num_changes
-}
-
-fn supports_v2(state: &State) -> bool {
-    state
-        .their_capabilities
-        .as_ref()
-        .is_some_and(|c| c.contains(&automerge::sync::Capability::MessageV2))
-}
-
-fn peer_supports_sync_reset(state: &State) -> bool {
-    state
-        .their_capabilities
-        .as_ref()
-        .is_some_and(|c| c.contains(&automerge::sync::Capability::SyncReset))
 }

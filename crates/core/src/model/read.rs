@@ -1,0 +1,85 @@
+//! `todo_read` on a replica: the tasks in order now, or as of an earlier version read at
+//! its heads.
+
+use std::collections::BTreeMap;
+
+use automerge::ChangeHash;
+
+use super::{doc, normalize, RawTask, TodoList};
+use crate::proto::{ApiError, ErrorCode, Snapshot, Version};
+
+impl TodoList {
+    /// `todo_read`: the tasks in order at the current version.
+    pub fn read(&self) -> Snapshot {
+        Snapshot {
+            version: self.version(),
+            tasks: self
+                .index
+                .order
+                .iter()
+                .filter_map(|(_, id)| self.index.tasks.get(id).map(|e| normalize(id, &e.raw)))
+                .collect(),
+        }
+    }
+
+    /// `todo_read` as of an earlier version, read at its heads with automerge's `*_at`
+    /// reads. A copy of the document at those heads (`fork_at`) and its index cost
+    /// 98 ms for a 1,000-task list of 10,000 changes and 526 ms at 60,000; these reads
+    /// 12 and 16 ms. Stale replaces read their base the same way.
+    pub fn read_at(&self, version: &Version) -> Result<Snapshot, ApiError> {
+        if *version == self.version() {
+            return Ok(self.read());
+        }
+        let heads = self.known_heads(version)?;
+        let tasks = doc::read_tasks(doc::View::at(&self.doc, &heads));
+        let mut order: Vec<(&String, &RawTask)> = tasks.iter().collect();
+        order.sort_by(|(a_id, a), (b_id, b)| (&a.position, a_id).cmp(&(&b.position, b_id)));
+        Ok(Snapshot {
+            version: TodoList::version_of(&heads),
+            tasks: order
+                .into_iter()
+                .map(|(id, raw)| normalize(id, raw))
+                .collect(),
+        })
+    }
+
+    fn known_heads(&self, version: &Version) -> Result<Vec<ChangeHash>, ApiError> {
+        let heads = doc::parse_heads(&version.0).ok_or_else(|| ApiError {
+            code: ErrorCode::InvalidValue,
+            field: Some("version".into()),
+            allowed: Vec::new(),
+            message: format!(
+                "{version:?} is not a version: use one returned by todo_read or todo_write"
+            ),
+            current: None,
+        })?;
+        if let Some(h) = heads
+            .iter()
+            .find(|h| self.doc.get_change_meta_by_hash(h).is_none())
+        {
+            return Err(unknown_version(version, h));
+        }
+        Ok(heads)
+    }
+
+    /// The tasks at `version` (the base of a stale replace), read at its heads.
+    pub(super) fn base_tasks(
+        &self,
+        version: &Version,
+    ) -> Result<BTreeMap<String, RawTask>, ApiError> {
+        let heads = self.known_heads(version)?;
+        Ok(doc::read_tasks(doc::View::at(&self.doc, &heads)))
+    }
+}
+
+fn unknown_version(version: &Version, cause: impl std::fmt::Display) -> ApiError {
+    ApiError {
+        code: ErrorCode::UnknownVersion,
+        field: Some("version".into()),
+        allowed: Vec::new(),
+        message: format!(
+            "version {version} is not known here ({cause}): sync first, or use a version from todo_read"
+        ),
+        current: None,
+    }
+}
