@@ -32,6 +32,7 @@ pub(crate) mod behave;
 pub mod check;
 pub mod live;
 pub mod net;
+mod outcome;
 pub mod report;
 pub mod rng;
 pub mod runner;
@@ -42,7 +43,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 pub use self::live::{run_live, LiveConfig, LiveFault};
-pub use self::runner::{run, Fault, Injection, RunConfig, RunOutcome};
+pub use self::outcome::{Fault, Injection, RunConfig, RunOutcome};
+pub use self::runner::run;
 pub use self::scenario::{Scenario, ScenarioError};
 use swarmtodo_store::StoreError;
 

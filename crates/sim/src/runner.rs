@@ -15,8 +15,10 @@ use automerge::sync;
 use automerge::{ActorId, ChangeHash};
 
 use super::behave::{self, RawEdit, RogueMove};
-use super::check::{self, Check, Delivery, FinalState, Replica, SideOutcome};
+pub use super::behave::{GUARD_TASKS, LIST_TASKS_SIM_MAX, ROGUE_TASKS, SEEN_VERSIONS_MAX};
+use super::check::{self, Delivery, FinalState, Replica, SideOutcome};
 use super::net::{Dir, Event, Net, Queue};
+pub use super::outcome::{Fault, Injection, RunConfig, RunOutcome, Stats, SAMPLE_MS};
 use super::rng::Rng;
 use super::scenario::{Action, RoleSpec, Scenario};
 use super::SimError;
@@ -52,183 +54,13 @@ pub const STALL_MS: u64 = 2_000;
 pub const KEEPALIVE_MS: u64 = 1_500;
 /// Longest wait before an agent connects again, simulated milliseconds.
 pub const RECONNECT_MS_MAX: u64 = 300;
-/// Interval of the divergence samples (and of the quiescence test after the storm).
-pub const SAMPLE_MS: u64 = 100;
-/// Most tasks an agent's plan lets a list grow to; past it the plan removes finished
-/// tasks instead.
-pub const LIST_TASKS_SIM_MAX: usize = 120;
-/// Versions an agent remembers for its stale replaces.
-pub const SEEN_VERSIONS_MAX: usize = 8;
-/// Tasks the rogue keeps for its injections, per list.
-pub const ROGUE_TASKS: usize = 4;
 /// Agents' lists a run that never settled reports as not settled (the first ones).
 pub const UNSETTLED_SHOWN_MAX: usize = 8;
-/// Tasks no one but their owner (the lead) may touch: the rogue's ownership targets.
-pub const GUARD_TASKS: usize = 2;
 /// Most trace lines kept (the digest covers all of them).
 pub const TRACE_LINES_MAX: usize = 2_000_000;
 
 const _: () = assert!(STALL_CHECK_MS < STALL_MS);
 const _: () = assert!(STALL_CHECK_MS < KEEPALIVE_MS);
-const _: () = assert!(ROGUE_TASKS >= 2, "double_active needs two tasks");
-
-/// A bug planted on purpose, to prove that the checker catches it. Hooks in the
-/// simulation only; the product code is untouched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Fault {
-    /// One replica silently drops the first change of another agent that it receives,
-    /// and keeps dropping it.
-    ReplicaDropsChange,
-    /// The store gets the first violation event twice (an authority that reports twice).
-    DoubleReport,
-    /// The store acknowledges a commit before it is durable and loses the last one.
-    StoreLosesLastWrite,
-    /// One event frame between the store and a peer is lost (the first one).
-    DropEvent,
-    /// One event frame reaches its peer twice (the first one).
-    DuplicateEvent,
-}
-
-/// How to run one seed.
-#[derive(Debug, Clone)]
-pub struct RunConfig {
-    /// The seed: every choice of the run follows from it.
-    pub seed: u64,
-    /// Where the run's SQLite file goes (a folder per run, removed afterwards).
-    pub work_dir: PathBuf,
-    /// A planted bug, for the checker's own tests.
-    pub fault: Option<Fault>,
-    /// Keep the trace lines (the digest is always computed).
-    pub trace: bool,
-}
-
-/// A violation the scenario caused on purpose, and must see reported exactly once.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Injection {
-    /// The rule it breaks.
-    pub rule: Rule,
-    /// The list (index).
-    pub list: usize,
-    /// The agent that did it.
-    pub agent: String,
-    /// The change that did it (hex): the reported violation names it.
-    pub change: String,
-    /// The other changes of a race (hex): the violation arises when the hub has merged
-    /// them all, and names the one it merged last (or all, merged together), so a
-    /// report naming any of `change` and these counts.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub also: Vec<String>,
-    /// What it did.
-    pub action: Action,
-    /// When, simulated milliseconds.
-    pub at_ms: u64,
-}
-
-/// Counters of one run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Stats {
-    /// Actions agents attempted.
-    pub ops: u64,
-    /// Writes that made a change.
-    pub writes: u64,
-    /// Writes the model refused, by error code.
-    pub refused: BTreeMap<String, u64>,
-    /// Actions with nothing to do (no task fits, or the rogue waiting for its ack).
-    pub idle: u64,
-    /// Frames sent.
-    pub frames: u64,
-    /// Frames lost by the network.
-    pub dropped: u64,
-    /// Frames delivered twice.
-    pub duplicated: u64,
-    /// Frames held back for reordering.
-    pub reordered: u64,
-    /// Frames the hub took in one batch with others.
-    pub batched: u64,
-    /// Hub kills.
-    pub hub_crashes: u64,
-    /// Partitions.
-    pub partitions: u64,
-    /// Agent connections opened.
-    pub connects: u64,
-    /// Reconnects after a stalled sync.
-    pub stall_resets: u64,
-    /// Keepalive sync messages sent by idle agents.
-    pub keepalives: u64,
-    /// Commits made durable.
-    pub commits: u64,
-    /// Compactions.
-    pub compactions: u64,
-    /// Closes of agents' own connections by the hub, by code and reason.
-    pub closes: BTreeMap<String, u64>,
-    /// Frames an agent could not decode or sync messages its replica refused.
-    pub agent_errors: u64,
-    /// Side connections the rogue opened for bad frames.
-    pub bad_frames: u64,
-}
-
-impl Stats {
-    /// Counts a write the model refused, by its error code.
-    pub(crate) fn refused_write(&mut self, e: &swarmtodo_proto::ApiError) {
-        *self.refused.entry(format!("{:?}", e.code)).or_default() += 1;
-    }
-}
-
-/// Everything one seed produced.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct RunOutcome {
-    /// The scenario.
-    pub scenario: String,
-    /// The seed.
-    pub seed: u64,
-    /// The planted fault, if any.
-    pub fault: Option<Fault>,
-    /// Simulated milliseconds from the end of the storm to quiescence (None: never).
-    pub convergence_ms: Option<u64>,
-    /// Simulated end of the run.
-    pub end_ms: u64,
-    /// Write-to-acknowledgement latencies, simulated milliseconds, in write order.
-    pub latencies_ms: Vec<u64>,
-    /// `(simulated ms, replicas whose heads differ from the hub's)`.
-    pub divergence: Vec<(u64, u64)>,
-    /// Counters.
-    pub stats: Stats,
-    /// Injected violations.
-    pub injected: Vec<Injection>,
-    /// Per rule: injected, reported for an injection, reported in all.
-    pub rules: BTreeMap<String, check::RuleCount>,
-    /// The checker's verdicts.
-    pub checks: Vec<Check>,
-    /// The final version of each list.
-    pub versions: Vec<String>,
-    /// Digest of the whole trace.
-    pub trace_digest: u64,
-    /// Trace lines (when asked for).
-    #[serde(skip)]
-    pub trace: Vec<String>,
-    /// Wall-clock milliseconds the run took (not part of the trace).
-    pub wall_ms: u64,
-    /// What only a live run measures (None: a deterministic run).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub live: Option<super::live::LiveStats>,
-}
-
-impl RunOutcome {
-    /// True when every check passed.
-    pub fn passed(&self) -> bool {
-        self.checks.iter().all(|c| c.ok)
-    }
-
-    /// The failed checks, one line each.
-    pub fn failures(&self) -> Vec<String> {
-        self.checks
-            .iter()
-            .filter(|c| !c.ok)
-            .map(|c| format!("{}: {}", c.name, c.detail))
-            .collect()
-    }
-}
 
 /// One list as one agent holds it.
 #[derive(Debug)]

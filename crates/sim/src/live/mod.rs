@@ -36,7 +36,6 @@ mod session;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -47,15 +46,17 @@ use tokio::sync::watch;
 use self::hub::{HubCommand, HubProcess};
 pub use self::hub::{HUB_START_TIMEOUT, HUB_STOP_TIMEOUT};
 pub use self::raw::{
-    SlowReaderOutcome, BAD_FRAME_TIMEOUT, SLOW_READER_CLOSE_WAIT, SLOW_READER_RCVBUF_BYTES,
-    SLOW_READER_WRITES_MAX, SLOW_READER_WRITE_TASKS,
+    BAD_FRAME_TIMEOUT, SLOW_READER_CLOSE_WAIT, SLOW_READER_RCVBUF_BYTES, SLOW_READER_WRITES_MAX,
+    SLOW_READER_WRITE_TASKS,
 };
 use self::session::{Control, RaceHold, RaceOrder, Session, Spec, Status, Tracker};
 pub use self::session::{RACE_ANSWER_TIMEOUT, SYNC_STALL};
 use super::behave;
+use super::behave::GUARD_TASKS;
 use super::check::{self, Check, FinalState, Replica, SideOutcome};
+pub use super::outcome::{LiveConfig, LiveFault, LiveStats, SlowReaderOutcome};
+use super::outcome::{RunOutcome, Stats, SAMPLE_MS};
 use super::rng::Rng;
-use super::runner::{RunOutcome, Stats, GUARD_TASKS, SAMPLE_MS};
 use super::scenario::{RoleSpec, Scenario};
 use super::SimError;
 use swarmtodo_client::{list_document_id, Connection};
@@ -271,71 +272,6 @@ impl TokenEntry {
 /// The list of slow reader `n`, which no agent syncs.
 fn slow_reader_list(n: usize) -> String {
     format!("slow-reader-{n}")
-}
-
-/// How to run one live seed.
-#[derive(Debug, Clone)]
-pub struct LiveConfig {
-    /// The seed: agents, their choices and the fault schedule follow from it (timing is
-    /// the machine's).
-    pub seed: u64,
-    /// Where the run's folder goes (the hub's SQLite file and its log). Removed after a
-    /// passing run, kept after a failing one.
-    pub work_dir: PathBuf,
-    /// The `swarmtodo` binary to run as the hub.
-    pub hub_bin: PathBuf,
-    /// A bug planted on purpose, for the checker's own tests.
-    pub fault: Option<LiveFault>,
-    /// Keep the controller's log (kills, restarts, cuts, slow readers) in the outcome.
-    pub trace: bool,
-}
-
-/// A bug planted on purpose in a live run, to show that the checker catches it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LiveFault {
-    /// After the hub has stopped, the most recent acknowledged change still in the
-    /// store's change table is deleted from the SQLite file (a store that lost an
-    /// acknowledged write).
-    StoreLosesAckedWrite,
-    /// The hub's configuration file gives every agent's token a lead's role (a hub that
-    /// does not enforce the scenario's roles): a worker's edits of other agents' tasks
-    /// go unreported, and the checker, which keeps the scenario's roles, must say so.
-    HubIgnoresRoles,
-}
-
-/// What only a live run measures.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct LiveStats {
-    /// Peak resident memory of the hub process (largest `VmHWM` of its incarnations),
-    /// KiB.
-    pub hub_peak_rss_kib: u64,
-    /// Write → the writer's sync saw the hub's heads equal its own, milliseconds.
-    pub ack_latencies_ms: Vec<u64>,
-    /// Storm length, milliseconds.
-    pub storm_ms: u64,
-    /// `kill -9` of the hub.
-    pub kills: u64,
-    /// Restarts that could not have the old port and moved the agents to a new one.
-    pub restarts_on_new_port: u64,
-    /// Connection cuts that hit a live connection.
-    pub cuts: u64,
-    /// Slow readers, judged or not.
-    pub slow_readers: Vec<SlowReaderOutcome>,
-    /// Changes acknowledged to their writers.
-    pub acked: u64,
-    /// Acknowledged changes missing from the hub or the store at the end.
-    pub acked_lost: u64,
-    /// Writes that never reached every other agent of their list.
-    pub unpropagated: u64,
-    /// Times the hub process ended without being killed or stopped.
-    pub hub_exits: Vec<String>,
-    /// The hub's exit after SIGTERM.
-    pub hub_stop: String,
-    /// The planted fault, if any.
-    pub fault: Option<LiveFault>,
-    /// The run's folder, when it was kept (a failing run).
-    pub kept_dir: Option<String>,
 }
 
 /// What sessions and the controller share.

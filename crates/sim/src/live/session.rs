@@ -17,10 +17,11 @@ use tokio::sync::{oneshot, watch};
 
 use super::raw;
 use super::{authed, Shared};
+use crate::behave::SEEN_VERSIONS_MAX;
 use crate::behave::{self, RogueMove};
 use crate::check::SideOutcome;
+use crate::outcome::{Injection, Stats};
 use crate::rng::Rng;
-use crate::runner::{Injection, Stats, SEEN_VERSIONS_MAX};
 use crate::scenario::{Action, Mix, RoleSpec};
 use swarmtodo_client::{ClientError, Connection, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN};
 use swarmtodo_core::model::{TodoList, WriteContext};
