@@ -3,15 +3,37 @@
 //! ([`super::report`]): how to run a seed ([`RunConfig`], [`LiveConfig`]), the bugs
 //! planted on purpose ([`Fault`], [`LiveFault`]), and what a run produced
 //! ([`RunOutcome`], with its [`Stats`], [`Injection`]s, [`Check`]s and, for a live run,
-//! [`LiveStats`]).
+//! [`LiveStats`]), or why it could not be carried out ([`SimError`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::scenario::Action;
+use super::scenario::{Action, ScenarioError};
 use swarmtodo_proto::Rule;
+use swarmtodo_store::StoreError;
+
+/// Why a run could not be carried out (a failed check is not an error: it is in the
+/// [`RunOutcome`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The store failed (the run's own SQLite file).
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// A file or folder of the run.
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+    /// The scenario cannot be set up as given.
+    #[error("setup: {0}")]
+    Setup(String),
+    /// The event queue hit its bound.
+    #[error("more than {0} events waiting: the scenario is too large for the simulator")]
+    QueueFull(usize),
+    /// The scenario file.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+}
 
 /// Interval of the divergence samples (and of the quiescence test after the storm).
 pub const SAMPLE_MS: u64 = 100;

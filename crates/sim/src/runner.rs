@@ -18,10 +18,10 @@ use super::behave::{self, RawEdit, RogueMove};
 pub use super::behave::{GUARD_TASKS, LIST_TASKS_SIM_MAX, ROGUE_TASKS, SEEN_VERSIONS_MAX};
 use super::check::{self, Delivery, FinalState, Replica, SideOutcome};
 use super::net::{Dir, Event, Net, Queue};
+use super::outcome::SimError;
 pub use super::outcome::{Fault, Injection, RunConfig, RunOutcome, Stats, SAMPLE_MS};
 use super::rng::Rng;
 use super::scenario::{Action, RoleSpec, Scenario};
-use super::SimError;
 use swarmtodo_client::session::{FromHub, Session};
 use swarmtodo_core::authority::{Policy, Role, Roles};
 use swarmtodo_core::hub::{
