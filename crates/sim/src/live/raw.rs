@@ -11,7 +11,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use automerge::ActorId;
 
-use super::authed;
+use super::access::authed;
 use crate::outcome::SlowReaderOutcome;
 use crate::rng::Rng;
 use crate::scenario::Action;
