@@ -11,12 +11,23 @@ use automerge::transaction::{CommitOptions, Transactable};
 use automerge::{ActorId, ObjType, ReadDoc, ROOT};
 
 use super::rng::Rng;
-use super::runner::{LIST_TASKS_SIM_MAX, ROGUE_TASKS};
 use super::scenario::{Action, FaultSpec, Mix};
 use swarmtodo_core::model::{field, TodoList};
 use swarmtodo_proto::{
     PatchOp, Priority, Rule, Status, Task, TaskPatch, Version, WriteMode, WriteRequest,
 };
+
+/// Most tasks an agent's plan lets a list grow to; past it the plan removes finished
+/// tasks instead.
+pub const LIST_TASKS_SIM_MAX: usize = 120;
+/// Versions an agent remembers for its stale replaces.
+pub const SEEN_VERSIONS_MAX: usize = 8;
+/// Tasks the rogue keeps for its injections, per list.
+pub const ROGUE_TASKS: usize = 4;
+/// Tasks no one but their owner (the lead) may touch: the rogue's ownership targets.
+pub const GUARD_TASKS: usize = 2;
+
+const _: () = assert!(ROGUE_TASKS >= 2, "double_active needs two tasks");
 
 /// Statuses no agent may write (what a buggy or foreign peer sends).
 pub(crate) const BAD_STATUSES: [&str; 5] =

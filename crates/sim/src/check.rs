@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use automerge::ChangeHash;
 use serde::Serialize;
 
-use super::runner::Injection;
+use super::outcome::Injection;
+pub use super::outcome::{Check, RuleCount};
 use super::scenario::Action;
 use swarmtodo_core::authority::{Authority, Policy, Roles};
 use swarmtodo_core::hub::{Commit, ConnId, HUB_AGENT};
@@ -183,43 +184,6 @@ impl FinalState<'_> {
             .map(|(_, l)| l.map(|l| l.version().0).unwrap_or_default())
             .collect()
     }
-}
-
-/// One verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
-    /// What was checked.
-    pub name: &'static str,
-    /// It holds.
-    pub ok: bool,
-    /// What was found (the first problems, or a summary).
-    pub detail: String,
-    /// Not checked in this kind of run (the detail says why): neither passed nor failed.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub skipped: bool,
-}
-
-impl Check {
-    /// A check that cannot apply here, and why.
-    pub fn skipped(name: &'static str, why: String) -> Check {
-        Check {
-            name,
-            ok: true,
-            detail: format!("skipped: {why}"),
-            skipped: true,
-        }
-    }
-}
-
-/// Violations of one rule.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct RuleCount {
-    /// Caused on purpose.
-    pub injected: u64,
-    /// Injected ones reported exactly once.
-    pub reported_once: u64,
-    /// Violation events of this rule in the store (injected or arising).
-    pub reported: u64,
 }
 
 /// The checker's result.

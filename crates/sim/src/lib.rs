@@ -32,6 +32,7 @@ pub(crate) mod behave;
 pub mod check;
 pub mod live;
 pub mod net;
+mod outcome;
 pub mod report;
 pub mod rng;
 pub mod runner;
@@ -42,30 +43,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 pub use self::live::{run_live, LiveConfig, LiveFault};
-pub use self::runner::{run, Fault, Injection, RunConfig, RunOutcome};
+pub use self::outcome::{Fault, Injection, RunConfig, RunOutcome, SimError};
+pub use self::runner::run;
 pub use self::scenario::{Scenario, ScenarioError};
-use swarmtodo_store::StoreError;
-
-/// Why a run could not be carried out (a failed check is not an error: it is in the
-/// [`RunOutcome`]).
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    /// The store failed (the run's own SQLite file).
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    /// A file or folder of the run.
-    #[error("{0}: {1}")]
-    Io(String, std::io::Error),
-    /// The scenario cannot be set up as given.
-    #[error("setup: {0}")]
-    Setup(String),
-    /// The event queue hit its bound.
-    #[error("more than {0} events waiting: the scenario is too large for the simulator")]
-    QueueFull(usize),
-    /// The scenario file.
-    #[error(transparent)]
-    Scenario(#[from] ScenarioError),
-}
 
 /// Runs the seeds `seeds` of `scenario` on `jobs` threads (each seed on one thread, so
 /// parallelism does not touch determinism), calling `done` after each. Outcomes come

@@ -145,20 +145,24 @@ pub struct Queue {
 
 impl Queue {
     /// Schedules `event` at `at`.
-    pub fn push(&mut self, at: u64, event: Event) -> Result<(), super::SimError> {
+    pub fn push(&mut self, at: u64, event: Event) -> Result<(), super::outcome::SimError> {
         self.push_seq(at, event).map(|_| ())
     }
 
     /// Schedules a keepalive frame (see `Queue::keepalives`).
-    pub fn push_keepalive(&mut self, at: u64, event: Event) -> Result<(), super::SimError> {
+    pub fn push_keepalive(
+        &mut self,
+        at: u64,
+        event: Event,
+    ) -> Result<(), super::outcome::SimError> {
         let seq = self.push_seq(at, event)?;
         self.keepalives.insert(seq);
         Ok(())
     }
 
-    fn push_seq(&mut self, at: u64, event: Event) -> Result<u64, super::SimError> {
+    fn push_seq(&mut self, at: u64, event: Event) -> Result<u64, super::outcome::SimError> {
         if self.events.len() >= QUEUE_EVENTS_MAX {
-            return Err(super::SimError::QueueFull(QUEUE_EVENTS_MAX));
+            return Err(super::outcome::SimError::QueueFull(QUEUE_EVENTS_MAX));
         }
         if event.in_flight() {
             self.frames += 1;

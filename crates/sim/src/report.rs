@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::check::RuleCount;
-use super::runner::RunOutcome;
+use super::outcome::RunOutcome;
 
 /// Bars of the latency histogram.
 pub const HISTOGRAM_BINS: usize = 40;

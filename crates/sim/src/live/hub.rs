@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::SimError;
+use crate::outcome::SimError;
 
 /// How long a starting hub may take to print its address.
 pub const HUB_START_TIMEOUT: Duration = Duration::from_secs(20);

@@ -11,7 +11,8 @@ use tokio_tungstenite::tungstenite::Message;
 
 use automerge::ActorId;
 
-use super::authed;
+use super::access::authed;
+use crate::outcome::SlowReaderOutcome;
 use crate::rng::Rng;
 use crate::scenario::Action;
 use swarmtodo_client::{list_document_id, Connection};
@@ -144,23 +145,6 @@ where
             Ok(_) => {}
         }
     }
-}
-
-/// What became of one slow reader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct SlowReaderOutcome {
-    /// Writes of the well-behaved client on its list while it was stuck (each relayed
-    /// to the slow reader by the hub).
-    pub writes: u64,
-    /// The hub dropped it (its pings started failing).
-    pub closed: bool,
-    /// Milliseconds from its request to being dropped.
-    pub closed_after_ms: Option<u64>,
-    /// Writes of the well-behaved client that the hub did not acknowledge (the slow
-    /// reader must not hold anyone else up).
-    pub writer_failures: u64,
-    /// It could not even join (the hub was down).
-    pub no_hub: bool,
 }
 
 /// The tokens of a slow reader and of the writer beside it.

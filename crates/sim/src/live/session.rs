@@ -7,7 +7,7 @@
 //! or a sync makes no progress for [`SYNC_STALL`]. A cancelled sync is never resumed:
 //! its connection is dropped (automerge's sync never resends what it counts as sent).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,12 +15,14 @@ use std::time::{Duration, Instant};
 use automerge::{ActorId, ChangeHash};
 use tokio::sync::{oneshot, watch};
 
+use super::access::authed;
 use super::raw;
-use super::{authed, Shared};
+use super::shared::{ms, Control, RaceHold, RaceOrder, Shared, Status};
+use crate::behave::SEEN_VERSIONS_MAX;
 use crate::behave::{self, RogueMove};
 use crate::check::SideOutcome;
+use crate::outcome::{Injection, Stats};
 use crate::rng::Rng;
-use crate::runner::{Injection, Stats, SEEN_VERSIONS_MAX};
 use crate::scenario::{Action, Mix, RoleSpec};
 use swarmtodo_client::{ClientError, Connection, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN};
 use swarmtodo_core::model::{TodoList, WriteContext};
@@ -38,30 +40,6 @@ const IDLE_POLL: Duration = Duration::from_millis(100);
 /// race is withdrawn and counts for nothing.
 pub const RACE_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A race's second start, asked of a sibling session: start `task` if your replica
-/// agrees that nothing of ours is in progress; answer with the change (None: refused).
-#[derive(Debug)]
-pub(crate) struct RaceOrder {
-    /// The task to start.
-    task: String,
-    /// The asking session's start (its race's hold takes the answer's change too).
-    first: ChangeHash,
-    /// The answer.
-    reply: oneshot::Sender<Option<ChangeHash>>,
-}
-
-/// The tasks of a race that the hub has not acknowledged every start of: no session's
-/// behaviour touches them meanwhile, so that the race is the hub's to decide.
-#[derive(Debug)]
-pub(crate) struct RaceHold {
-    /// The list (index).
-    list: usize,
-    /// The raced tasks.
-    tasks: [String; 2],
-    /// Starts not acknowledged yet; the hold ends when none is left.
-    unacked: BTreeSet<ChangeHash>,
-}
-
 /// The tasks of `list` held for races (see [`RaceHold`]).
 fn held(shared: &Shared, list: usize) -> Vec<String> {
     shared
@@ -74,38 +52,6 @@ fn held(shared: &Shared, list: usize) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// What the controller tells a session; it reacts when the value changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Control {
-    /// Not cut off by a partition.
-    pub(crate) online: bool,
-    /// Incremented to cut the connection once (the session reconnects).
-    pub(crate) cuts: u64,
-    /// Leave now.
-    pub(crate) stop: bool,
-}
-
-impl Default for Control {
-    fn default() -> Self {
-        Control {
-            online: true,
-            cuts: 0,
-            stop: false,
-        }
-    }
-}
-
-/// Where a session stands, for the controller's quiescence test and samples.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Status {
-    /// Connected to the hub.
-    pub(crate) connected: bool,
-    /// Its last sync ended with the hub's heads equal to its own, nothing pending.
-    pub(crate) in_sync: bool,
-    /// Its replica's heads.
-    pub(crate) heads: Vec<ChangeHash>,
 }
 
 /// What a session is, fixed for the run.
@@ -158,10 +104,6 @@ pub(crate) struct Session {
     pub(crate) ack_latencies_ms: Vec<u64>,
     /// Connection cuts this session saw.
     pub(crate) cuts: u64,
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Unix milliseconds now (changes carry real time, as any agent's do).
@@ -663,87 +605,5 @@ impl Session {
             expect: raw::expected_codes(action).to_vec(),
             got,
         });
-    }
-}
-
-/// A write on its way to the other agents.
-#[derive(Debug)]
-struct Pending {
-    at: Instant,
-    writer: usize,
-    /// Sessions that have it.
-    have: BTreeSet<usize>,
-}
-
-/// Write → every other agent of the list has it: pending writes and the latencies of
-/// the ones that arrived everywhere.
-#[derive(Debug, Default)]
-pub(crate) struct Tracker {
-    /// Sessions of each list.
-    sessions_of: Vec<Vec<usize>>,
-    /// Per list: the writes not yet everywhere.
-    pending: Vec<BTreeMap<ChangeHash, Pending>>,
-    /// Milliseconds, in arrival order.
-    pub(crate) latencies_ms: Vec<u64>,
-}
-
-impl Tracker {
-    /// A tracker for lists whose sessions are `sessions_of`.
-    pub(crate) fn new(sessions_of: Vec<Vec<usize>>) -> Tracker {
-        let pending = sessions_of.iter().map(|_| BTreeMap::new()).collect();
-        Tracker {
-            sessions_of,
-            pending,
-            latencies_ms: Vec::new(),
-        }
-    }
-
-    /// `writer` wrote `hash` on `list` at `at`.
-    pub(crate) fn written(&mut self, list: usize, writer: usize, hash: ChangeHash, at: Instant) {
-        if self.sessions_of.get(list).is_some_and(|s| s.len() > 1) {
-            if let Some(p) = self.pending.get_mut(list) {
-                p.insert(
-                    hash,
-                    Pending {
-                        at,
-                        writer,
-                        have: BTreeSet::new(),
-                    },
-                );
-            }
-        }
-    }
-
-    /// `session` of `list` holds `replica` now.
-    pub(crate) fn observe(&mut self, list: usize, session: usize, replica: &TodoList) {
-        let others = self
-            .sessions_of
-            .get(list)
-            .map_or(0, |s| s.len().saturating_sub(1));
-        let Some(pending) = self.pending.get_mut(list) else {
-            return;
-        };
-        let now = Instant::now();
-        let mut done = Vec::new();
-        for (h, p) in pending.iter_mut() {
-            if p.writer == session || p.have.contains(&session) {
-                continue;
-            }
-            if replica.doc().get_change_meta_by_hash(h).is_some() {
-                p.have.insert(session);
-                if p.have.len() >= others {
-                    done.push((*h, ms(now - p.at)));
-                }
-            }
-        }
-        for (h, l) in done {
-            pending.remove(&h);
-            self.latencies_ms.push(l);
-        }
-    }
-
-    /// Writes not yet everywhere.
-    pub(crate) fn pending(&self) -> usize {
-        self.pending.iter().map(BTreeMap::len).sum()
     }
 }
