@@ -1,10 +1,11 @@
-//! Checks of a write: each task's fields against the model's limits, and the whole draft
+//! Checks of a write: each task's fields against the model's limits, and the whole plan
 //! (sizes, dependencies, one task in progress) before anything is committed.
 
 use std::collections::BTreeSet;
 
 use super::err;
-use super::plan::Draft;
+use super::Plan;
+use crate::model::index::Index;
 use crate::proto::{
     ApiError, ErrorCode, Status, TaskPatch, AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX,
     LIST_TASKS_MAX, TASK_ID_BYTES_MAX, TASK_TEXT_BYTES_MAX,
@@ -117,11 +118,17 @@ pub(super) fn check_patch(p: &TaskPatch, at: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Whole-draft checks: list size, dependencies, one in-progress task per owner.
-pub(super) fn validate(draft: &Draft<'_>) -> Result<(), ApiError> {
-    let index = draft.index;
-    let created = draft
-        .plan
+/// Whether task `id` exists once `plan` is applied to `index`.
+pub(super) fn exists(index: &Index, plan: &Plan, id: &str) -> bool {
+    match plan.changed.get(id) {
+        Some(d) => d.is_some(),
+        None => index.tasks.contains_key(id),
+    }
+}
+
+/// Whole-plan checks: list size, dependencies, one in-progress task per owner.
+pub(super) fn validate(index: &Index, plan: &Plan) -> Result<(), ApiError> {
+    let created = plan
         .changed
         .iter()
         .filter(|(id, d)| d.is_some() && !index.tasks.contains_key(*id))
@@ -137,23 +144,18 @@ pub(super) fn validate(draft: &Draft<'_>) -> Result<(), ApiError> {
     // A cycle can only close through a task this write changes: one walk from all of
     // them, each task visited once.
     let deps = |id: &str| -> Vec<&str> {
-        let named: &[String] = match draft.plan.changed.get(id) {
+        let named: &[String] = match plan.changed.get(id) {
             Some(Some(d)) => &d.task.blocked_by,
             Some(None) => &[],
-            None => draft
-                .index
-                .tasks
-                .get(id)
-                .map_or(&[][..], |e| &e.raw.blocked_by),
+            None => index.tasks.get(id).map_or(&[][..], |e| &e.raw.blocked_by),
         };
         named
             .iter()
-            .filter(|dep| dep.as_str() != id && draft.exists(dep))
+            .filter(|dep| dep.as_str() != id && exists(index, plan, dep))
             .map(String::as_str)
             .collect()
     };
-    let changed = draft
-        .plan
+    let changed = plan
         .changed
         .iter()
         .filter(|(_, d)| d.is_some())
@@ -161,7 +163,7 @@ pub(super) fn validate(draft: &Draft<'_>) -> Result<(), ApiError> {
     if let Some(cycle) = crate::model::deps::cycles(changed, deps).0.first() {
         let at = cycle
             .iter()
-            .find(|t| draft.plan.changed.contains_key(*t))
+            .find(|t| plan.changed.contains_key(*t))
             .unwrap_or(&cycle[0]);
         return Err(err(
             ErrorCode::InvalidDependency,
@@ -178,10 +180,10 @@ pub(super) fn validate(draft: &Draft<'_>) -> Result<(), ApiError> {
             ),
         ));
     }
-    for (id, d) in &draft.plan.changed {
+    for (id, d) in &plan.changed {
         let Some(d) = d else { continue };
         for dep in &d.task.blocked_by {
-            if dep == id || !draft.exists(dep) {
+            if dep == id || !exists(index, plan, dep) {
                 return Err(err(
                     ErrorCode::InvalidDependency,
                     format!("task {id}.blocked_by"),
@@ -207,12 +209,10 @@ pub(super) fn validate(draft: &Draft<'_>) -> Result<(), ApiError> {
                 .get(owner)
                 .into_iter()
                 .flatten()
-                .filter(|t| *t != id && !draft.plan.changed.contains_key(*t))
+                .filter(|t| *t != id && !plan.changed.contains_key(*t))
                 .cloned()
                 .chain(
-                    draft
-                        .plan
-                        .changed
+                    plan.changed
                         .iter()
                         .filter(|(t, o)| {
                             *t != id

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::check::{check_patch, validate};
+use super::check::{check_patch, exists, validate};
 use super::{err, Desired, Plan, WriteContext};
 use crate::model::doc::RawTask;
 use crate::model::index::Index;
@@ -89,10 +89,7 @@ impl<'a> Draft<'a> {
     }
 
     pub(super) fn exists(&self, id: &str) -> bool {
-        match self.plan.changed.get(id) {
-            Some(d) => d.is_some(),
-            None => self.index.tasks.contains_key(id),
-        }
+        exists(self.index, &self.plan, id)
     }
 
     fn new_id(&mut self) -> String {
@@ -431,7 +428,7 @@ pub(crate) fn plan(
             order_replace(&mut draft, &resolved);
         }
     }
-    validate(&draft)?;
+    validate(draft.index, &draft.plan)?;
     // Report what the write does as a whole: a task removed then upserted again in one
     // patch is updated, one created then removed never existed.
     let mut plan = draft.plan;
