@@ -1,0 +1,139 @@
+//! Lists in and out of memory: loaded, dropped after a crash or a refused commit.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use automerge::Automerge;
+
+use super::events::change_count;
+use super::{Close, ConnId, DocState, Effects, HubCore, StoredList};
+use crate::model::TodoList;
+use crate::proto::wire::DocumentId;
+
+impl HubCore {
+    /// A list the runtime loaded for [`Effects::loads`] (`None`: the store has nothing
+    /// for it), with the authority's reported keys; handles the frames that waited for
+    /// it and returns what they cause.
+    pub fn loaded(&mut self, now_ms: i64, id: DocumentId, loaded: Option<StoredList>) -> Effects {
+        match loaded {
+            Some(l) if !self.docs.contains_key(&id) => {
+                self.insert_list(id, l.list, l.reported);
+                if let Some(d) = self.docs.get_mut(&id) {
+                    d.since_compaction = l.since_compaction;
+                }
+            }
+            Some(_) => {}
+            None => {
+                self.stored.remove(&id);
+            }
+        }
+        let mut fx = Effects::default();
+        for (c, bytes) in self.waiting.remove(&id).unwrap_or_default().0 {
+            self.frame(now_ms, c, &bytes, &mut fx);
+        }
+        self.answer(now_ms, false, &mut fx);
+        // The peers that asked for it may have left while it loaded: then nobody syncs
+        // it, and it leaves memory again.
+        if self.docs.get(&id).is_some_and(|d| d.peers.is_empty()) {
+            self.docs.remove(&id);
+            self.news.remove(&id);
+        }
+        fx
+    }
+
+    /// Puts a list in memory before any peer asked for it, with the authority's reported
+    /// keys, as a load would (tests and benchmarks start from a list this way; a runtime
+    /// loads through [`Effects::loads`] and [`HubCore::loaded`]).
+    pub fn load_doc(&mut self, id: DocumentId, doc: Automerge, reported: Vec<String>) {
+        let list = TodoList::from_doc(doc.with_actor(self.config.actor.clone()));
+        self.insert_list(id, list, reported);
+    }
+
+    pub(super) fn insert_list(&mut self, id: DocumentId, list: TodoList, reported: Vec<String>) {
+        self.stored.insert(id);
+        let authority = self.authority().with_reported(reported);
+        let changes_at_rebuild = change_count(&list);
+        self.docs.insert(
+            id,
+            DocState {
+                list,
+                authority,
+                peers: BTreeMap::new(),
+                since_compaction: 0,
+                changes_at_rebuild,
+                notify: Arc::from([]),
+            },
+        );
+    }
+
+    /// A list whose merge panicked: forget it, close the offender and the list's other
+    /// peers (they reconnect and resync; the list is loaded from the store again).
+    pub(super) fn crashed(&mut self, offender: ConnId, doc_id: DocumentId, fx: &mut Effects) {
+        let reloading = Close {
+            code: 1012,
+            reason: "list_reloading".to_owned(),
+            message: Some("the list is being reloaded: reconnect".to_owned()),
+        };
+        self.drop_list(doc_id, Some(offender), &reloading, fx);
+        self.fail(
+            offender,
+            1008,
+            "change_crashed_automerge",
+            "a change of yours made Automerge fail; it was not applied".to_owned(),
+            fx,
+        );
+    }
+
+    /// Drops a list from memory and closes its peers (but `spare`) with `close`; the
+    /// next peer that asks for it has it loaded from the store.
+    pub(super) fn drop_list(
+        &mut self,
+        doc_id: DocumentId,
+        spare: Option<ConnId>,
+        close: &Close,
+        fx: &mut Effects,
+    ) {
+        let peers: Vec<ConnId> = self
+            .docs
+            .remove(&doc_id)
+            .map(|d| d.peers.into_keys().collect())
+            .unwrap_or_default();
+        self.owed.remove(&doc_id);
+        self.news.remove(&doc_id);
+        for p in peers.into_iter().filter(|p| Some(*p) != spare) {
+            if let Some(conn) = self.conns.get_mut(&p) {
+                conn.docs.remove(&doc_id);
+            }
+            fx.closes.push((p, close.clone()));
+            self.drop_conn(p);
+        }
+    }
+
+    /// The store refused a commit of list `doc_id` for the list's own reasons (a record
+    /// over a store limit): nothing of it is durable, so nothing of it may be relayed.
+    /// The list is dropped from memory (loaded from the store, as it was before the
+    /// refused merge, when a peer asks for it again); its peers are closed with 1011
+    /// `list_refused` and reconnect. Returns the peers closed.
+    pub(super) fn isolate(
+        &mut self,
+        doc_id: DocumentId,
+        why: &str,
+        fx: &mut Effects,
+    ) -> Vec<ConnId> {
+        let peers: Vec<ConnId> = self
+            .docs
+            .get(&doc_id)
+            .map(|d| d.peers.keys().copied().collect())
+            .unwrap_or_default();
+        tracing::error!(doc = %doc_id, why, "the store refused a merge of this list; dropping it from memory");
+        let refused = Close {
+            code: 1011,
+            reason: "list_refused".to_owned(),
+            message: Some(format!(
+                "the hub could not store the last merge of this list ({why}); it was undone: reconnect and sync again"
+            )),
+        };
+        self.drop_list(doc_id, None, &refused, fx);
+        peers
+    }
+}

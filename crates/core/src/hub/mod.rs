@@ -1,0 +1,564 @@
+//! The hub's sans-I/O core: automerge-repo messages in, effects out.
+//!
+//! [`HubCore::handle`] takes one input (a connection opened, a frame received, a
+//! connection closed, a tick when the runtime is idle) and the current time, and
+//! returns [`Effects`]: what to make durable, then what to send and whom to close. One
+//! driver (`swarmtodo_store::drive::perform`, used by the server and the simulator)
+//! performs them in that order and tells the core what became durable
+//! ([`HubCore::committed`]), which then releases the events of those commits — so no
+//! peer receives a change or an event before it is durable, and no peer sees a state the
+//! authority's repair would change: the repair is made inside the same `handle` call,
+//! before any sync message is generated.
+//!
+//! Every peer byte is validated before Automerge sees it (`wire::decode`,
+//! `syncmsg::validate`), and a bad frame affects only its connection.
+//!
+//! Here the types and the batch loop; `frame` decodes a frame and dispatches it,
+//! `merge` merges a sync message and runs the authority, `answer` sends each list's
+//! peers what a batch owes them, `events` builds the event frames of durable commits,
+//! `lists` moves lists in and out of memory, `budget` holds what a connection may still
+//! cost, `limits` every bound of the hub core.
+
+mod answer;
+mod budget;
+mod events;
+mod frame;
+mod limits;
+mod lists;
+mod merge;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use automerge::{sync, ActorId, ChangeHash};
+
+use self::answer::Owed;
+use self::budget::{CreationBudget, Creator, RelayBudget, WorkBudget};
+use self::events::event_frames;
+pub use self::events::events_of;
+pub use self::limits::*;
+use crate::authority::{Authority, Policy, Roles};
+use crate::model::sync::SentIndex;
+use crate::model::TodoList;
+use crate::proto::wire::{DocumentId, PeerId};
+use crate::proto::EventBody;
+use crate::syncmsg;
+
+/// The agent id the hub's repairs are recorded under.
+pub const HUB_AGENT: &str = "swarmtodo-hub";
+
+/// The automerge-repo protocol version the hub speaks (the wire codec's).
+pub use crate::proto::wire::PROTOCOL_VERSION;
+
+/// A connection, as the runtime numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub u64);
+
+/// Why a connection is closed (a WebSocket close code and a stable reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Close {
+    /// WebSocket close code: 1002 protocol error, 1008 policy, 1009 too big, 1011 internal.
+    pub code: u16,
+    /// Stable reason code (e.g. `malformed`, `sync_invalid`, `handshake`).
+    pub reason: String,
+    /// An `error` message to send just before the close frame, saying what to do.
+    pub message: Option<String>,
+}
+
+/// Who a connection is, from the token it presented (docs/DESIGN.md §7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The agent id the token stands for.
+    pub agent: String,
+    /// Its role in lists not named in `lists`.
+    pub role: crate::authority::Role,
+    /// Its role per list.
+    pub lists: BTreeMap<DocumentId, crate::authority::Role>,
+}
+
+impl Identity {
+    /// Its role in list `doc`.
+    pub fn role_in(&self, doc: &DocumentId) -> crate::authority::Role {
+        self.lists.get(doc).copied().unwrap_or(self.role)
+    }
+}
+
+/// One input to the core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// A WebSocket connection was accepted.
+    Connected(ConnId),
+    /// The connection presented a token: it acts as this identity.
+    Identified(ConnId, Identity),
+    /// A binary frame arrived.
+    Frame(ConnId, Vec<u8>),
+    /// The connection is gone.
+    Disconnected(ConnId),
+    /// The connection comes from this remote address (the identity its list creations
+    /// are counted under when it has no token).
+    Address(ConnId, std::net::IpAddr),
+    /// Nothing else waits: what a busy moment deferred (news, events) goes out now. The
+    /// runtime sends it when its queue runs dry while [`HubCore::deferred`] holds.
+    Tick,
+}
+
+/// What the store did with one commit of [`Effects::commits`] (one per commit, in their
+/// order), told to the core by [`HubCore::committed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    /// Durable; its events got these sequence numbers.
+    Durable(Vec<u64>),
+    /// Refused for the list's own content (a record over a store limit): nothing of it
+    /// is durable.
+    Refused(String),
+}
+
+/// The `session_id` of the `ephemeral` messages that carry the hub's events (the data
+/// is a CBOR text string holding one [`Event`](crate::proto::Event) as JSON, or a JSON
+/// array of them).
+pub const EVENTS_SESSION: &str = "swarmtodo-events";
+
+/// What one merge makes durable: the new changes (including the repair), the events,
+/// and the authority's new idempotency keys — one transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Commit {
+    /// The list.
+    pub doc: DocumentId,
+    /// The peers syncing the list, told of its events once they are durable (shared by
+    /// the commits of a list while its peers stay the same: with a hundred peers, a
+    /// list of its own per commit was a hundred strings to copy and free per write).
+    pub notify: Arc<[(ConnId, PeerId)]>,
+    /// Every change new to the hub, as merged (no lookup in the document needed).
+    pub changes: Vec<automerge::Change>,
+    /// Events, in order (the store assigns their `seq`).
+    pub events: Vec<EventBody>,
+    /// Keys the authority reported with these events.
+    pub reported: Vec<String>,
+}
+
+/// A snapshot of a list to store in place of the changes it covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compaction {
+    /// The list.
+    pub doc: DocumentId,
+    /// `Automerge::save()` of the list.
+    pub snapshot: Vec<u8>,
+    /// The heads the snapshot covers.
+    pub heads: Vec<ChangeHash>,
+}
+
+/// What the runtime must do, in this order: commit (and tell [`HubCore::committed`]),
+/// compact, send, send the events, relay, close, then load.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Effects {
+    /// Durable writes.
+    pub commits: Vec<Commit>,
+    /// Snapshots to store (after the commits they cover).
+    pub compactions: Vec<Compaction>,
+    /// Stored lists a peer asked for that are not in memory: the runtime loads each
+    /// from the store (after this batch's commits) and hands it to
+    /// [`HubCore::loaded`], which handles the frames that waited for it.
+    pub loads: Vec<DocumentId>,
+    /// Frames to send.
+    pub sends: Vec<(ConnId, Vec<u8>)>,
+    /// Frames pushing the events of durable commits, sent after `sends` (the state they
+    /// speak of first). Filled by [`HubCore::committed`].
+    pub events: Vec<(ConnId, Vec<u8>)>,
+    /// Frames the runtime may drop instead of queueing them for a peer that is behind:
+    /// relayed `ephemeral` messages, which carry no state (a peer that misses one misses
+    /// nothing it needs). A flood of them must never cost its receivers their connection
+    /// as slow readers.
+    pub relays: Vec<(ConnId, Vec<u8>)>,
+    /// Connections to close (after their pending sends).
+    pub closes: Vec<(ConnId, Close)>,
+}
+
+/// A list as the runtime loaded it from the store for [`Effects::loads`].
+#[derive(Debug)]
+pub struct StoredList {
+    /// The list, rebuilt and indexed (off the hub's task: a whole-list pass), writing
+    /// as the hub's actor ([`HubCore::actor`]).
+    pub list: TodoList,
+    /// The authority's reported keys.
+    pub reported: Vec<String>,
+    /// Changes stored since its last snapshot (the count towards the next compaction
+    /// goes on from there: a list loaded and dropped again and again is compacted all
+    /// the same).
+    pub since_compaction: usize,
+}
+
+/// Configuration of the core.
+#[derive(Debug, Clone)]
+pub struct HubConfig {
+    /// The hub's automerge-repo peer id.
+    pub peer_id: PeerId,
+    /// The actor of the hub's own changes (repairs).
+    pub actor: ActorId,
+    /// The agent id repairs are recorded under.
+    pub agent: String,
+    /// The lists' policy.
+    pub policy: Policy,
+    /// Agents' roles.
+    pub roles: Roles,
+    /// Bounds on incoming sync messages.
+    pub sync_limits: syncmsg::Limits,
+    /// History work budget per connection: burst and units per second (see
+    /// [`SYNC_WORK_BURST`]).
+    pub sync_work: (i64, i64),
+    /// List creations per identity: burst and per minute (see
+    /// [`LIST_CREATIONS_BURST`]).
+    pub list_creations: (u32, u32),
+}
+
+#[derive(Debug)]
+enum ConnState {
+    /// Waiting for `join`.
+    Handshake,
+    /// Joined as this peer.
+    Ready(PeerId),
+}
+
+#[derive(Debug)]
+struct Conn {
+    state: ConnState,
+    /// Documents this connection syncs.
+    docs: BTreeSet<DocumentId>,
+    /// History work this connection may still cause (see [`SYNC_WORK_BURST`]).
+    work: WorkBudget,
+    /// Who it is, when it presented a token.
+    identity: Option<Identity>,
+    /// What it may still have relayed (see [`EPHEMERAL_BYTES_PER_SECOND`]).
+    relay: RelayBudget,
+    /// Where it comes from, when the runtime said.
+    address: Option<std::net::IpAddr>,
+}
+
+/// What [`RelayBudget::take`] decides for one `ephemeral` message.
+/// One list held by the hub.
+#[derive(Debug)]
+pub struct DocState {
+    list: TodoList,
+    authority: Authority,
+    /// Every connection that syncs this list.
+    peers: BTreeMap<ConnId, Peer>,
+    /// Changes committed since the last snapshot.
+    since_compaction: usize,
+    /// The list's number of changes when its document was last built in one piece
+    /// (loaded, or rebuilt at a snapshot; 0 for a list that arrived by sync).
+    changes_at_rebuild: usize,
+    /// The last commit's `notify`, reused while the ready peers are the same.
+    notify: Arc<[(ConnId, PeerId)]>,
+}
+
+/// What the hub keeps about one connection that syncs one list.
+#[derive(Debug)]
+struct Peer {
+    /// Its sync state.
+    state: sync::State,
+    /// Its changes in flight by window position (see `SentIndex`).
+    sent: SentIndex,
+    /// The list's window position when its last message was received
+    /// (`TodoList::window_end`): changes applied since are news to it, whatever its
+    /// Bloom filter says (`TodoList::generate_sync_message_after`).
+    heard_at: u64,
+    /// When its last message was received (the hub's clock, ms).
+    heard_ms: i64,
+    /// The window ends ([`TodoList::window_end`]) of the messages sent to it that its
+    /// heads did not cover yet, oldest first (see [`FANOUT_UNACKED_MAX`]).
+    unacked: VecDeque<u64>,
+    /// The last message sent to it was cut (`sync::SYNC_CHANGES_BYTES_MAX`) and it has
+    /// not answered yet: news waits for its answer, which is answered with the next
+    /// part and the news together (a message per fan-out would each carry another
+    /// part, faster than the peer reads them, until its outbox overflows).
+    catching_up: bool,
+}
+
+impl DocState {
+    /// The list.
+    pub fn list(&self) -> &TodoList {
+        &self.list
+    }
+}
+
+/// The hub's state: connections and lists.
+#[derive(Debug)]
+pub struct HubCore {
+    config: HubConfig,
+    conns: BTreeMap<ConnId, Conn>,
+    docs: BTreeMap<DocumentId, DocState>,
+    /// Lists whose peers are owed a sync message once the inputs at hand are handled.
+    owed: BTreeMap<DocumentId, Owed>,
+    /// Lists whose news waits for a later batch, since when (ms).
+    news: BTreeMap<DocumentId, i64>,
+    /// Every actor a token-identified connection brought a change of, in any list, and
+    /// that connection's identity: the actor is that agent's, and a change by it from any
+    /// other connection is refused (`actor_forged`). Actor ids are self-declared, so the
+    /// first identity seen writing with one owns it. Grows with the changes the hub
+    /// holds (an actor is bound only once a change of it is applied or waits for its
+    /// dependencies).
+    actors: BTreeMap<ActorId, Arc<Identity>>,
+    /// Every list in the store (or committed in effects not performed yet). A list is
+    /// in memory (`docs`) only while a peer syncs it: when its last peer leaves it is
+    /// dropped, and loaded again (`Effects::loads`) when a peer asks for it.
+    stored: BTreeSet<DocumentId>,
+    /// Frames waiting for their stored list to be loaded, in the order they came, and
+    /// their bytes (at most [`LOAD_WAITING_BYTES_MAX`]).
+    waiting: BTreeMap<DocumentId, Waiting>,
+    /// List creations left per identity.
+    creators: BTreeMap<Creator, CreationBudget>,
+    /// Durable commits whose events are not sent yet, their events' sequence numbers
+    /// and when they were committed: while a list's news is deferred, its events wait
+    /// with it, so that a peer hears of a change after it has it, and in one frame per
+    /// peer for several batches.
+    durable: Vec<(Commit, Vec<u64>, i64)>,
+}
+
+/// Frames waiting for a list to load (connection, bytes), and their bytes in all.
+type Waiting = (Vec<(ConnId, Vec<u8>)>, usize);
+
+impl HubCore {
+    /// An empty hub.
+    pub fn new(config: HubConfig) -> Self {
+        HubCore {
+            config,
+            conns: BTreeMap::new(),
+            docs: BTreeMap::new(),
+            owed: BTreeMap::new(),
+            news: BTreeMap::new(),
+            actors: BTreeMap::new(),
+            stored: BTreeSet::new(),
+            waiting: BTreeMap::new(),
+            creators: BTreeMap::new(),
+            durable: Vec::new(),
+        }
+    }
+
+    /// Tells the core which lists the store holds (at start: they are loaded when a
+    /// peer asks for them).
+    pub fn set_stored(&mut self, ids: impl IntoIterator<Item = DocumentId>) {
+        self.stored.extend(ids);
+    }
+
+    /// Lists in the store (or committed by effects handed out).
+    pub fn stored_count(&self) -> usize {
+        self.stored.len()
+    }
+
+    /// Lists in memory (those some peer syncs).
+    pub fn doc_count(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// The actor of the hub's own changes (a list loaded for it writes as this).
+    pub fn actor(&self) -> &ActorId {
+        &self.config.actor
+    }
+
+    /// The lists held.
+    pub fn docs(&self) -> impl Iterator<Item = (&DocumentId, &DocState)> + '_ {
+        self.docs.iter()
+    }
+
+    /// One list.
+    pub fn doc(&self, id: &DocumentId) -> Option<&DocState> {
+        self.docs.get(id)
+    }
+
+    /// The hub's automerge-repo peer id.
+    pub fn peer_id(&self) -> &PeerId {
+        &self.config.peer_id
+    }
+
+    /// Connections open.
+    pub fn conn_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn authority(&self) -> Authority {
+        Authority::new(
+            self.config.agent.clone(),
+            self.config.policy.clone(),
+            self.config.roles.clone(),
+        )
+    }
+
+    /// Handles one input at `now_ms`.
+    pub fn handle(&mut self, now_ms: i64, input: Input) -> Effects {
+        self.handle_batch(now_ms, [input])
+    }
+
+    /// Handles inputs that arrived together, then answers: every sync message is merged
+    /// (and committed) first, and each peer of a list gets one message with all of it —
+    /// under load, one fan-out per batch instead of one per write. The senders are
+    /// answered first, in order.
+    pub fn handle_batch(
+        &mut self,
+        now_ms: i64,
+        inputs: impl IntoIterator<Item = Input>,
+    ) -> Effects {
+        self.handle_batch_deferring(now_ms, inputs, false)
+    }
+
+    /// [`HubCore::handle_batch`] for a runtime that has `more_waiting` inputs queued
+    /// behind these: then, if the batch holds [`FANOUT_DEFER_WRITERS_MIN`] writes or
+    /// more, the news of a list that changed goes to its other peers with a later
+    /// batch's (one fan-out for several batches), at most
+    /// [`FANOUT_DEFER_MAX_MS`] after the first of them, and at the latest with the first
+    /// batch after which nothing waits. The senders are answered at once (their writes'
+    /// acknowledgements are not deferred). A hub that is keeping up never defers; one
+    /// that is not fans out less often instead of falling further behind (each fan-out
+    /// costs a message and an acknowledgement per peer).
+    pub fn handle_batch_deferring(
+        &mut self,
+        now_ms: i64,
+        inputs: impl IntoIterator<Item = Input>,
+        more_waiting: bool,
+    ) -> Effects {
+        let mut fx = Effects::default();
+        for input in inputs {
+            self.input(now_ms, input, &mut fx);
+        }
+        // One write in the batch is a hub keeping up with its writers (what waits is the
+        // acknowledgements of its last fan-out): its news goes out at once.
+        let writers: usize = self
+            .owed
+            .values()
+            .map(|o| o.sent.values().filter(|s| s.brought).count())
+            .sum();
+        let defer = more_waiting && writers >= FANOUT_DEFER_WRITERS_MIN;
+        self.answer(now_ms, defer, &mut fx);
+        fx
+    }
+
+    /// Whether some list's news or events wait for a later batch (see
+    /// [`HubCore::handle_batch_deferring`]): a runtime whose queue runs dry sends
+    /// [`Input::Tick`].
+    pub fn deferred(&self) -> bool {
+        !self.news.is_empty() || !self.durable.is_empty()
+    }
+
+    /// What the store did with `fx.commits` (taken out of `fx`), at `at_ms`: the events
+    /// of durable commits go out — in `fx.events`, once no list's news waits or the
+    /// oldest has waited [`FANOUT_DEFER_MAX_MS`]. A commit the store refused isolates its
+    /// list: nothing of it is durable, so its peers get no more of `fx` but a close
+    /// (1011 `list_refused`; they reconnect, and the list is loaded as stored), and
+    /// every other list is served as usual. A commit without an answer counts as
+    /// refused.
+    pub fn committed(&mut self, at_ms: i64, fx: &mut Effects, stored: Vec<Stored>) {
+        let mut stored = stored.into_iter();
+        for commit in std::mem::take(&mut fx.commits) {
+            match stored.next() {
+                Some(Stored::Durable(seqs)) => {
+                    if !commit.events.is_empty() {
+                        self.durable.push((commit, seqs, at_ms));
+                    }
+                }
+                refused => {
+                    let why = match refused {
+                        Some(Stored::Refused(why)) => why,
+                        _ => "the store gave no answer for it".to_owned(),
+                    };
+                    let closed = self.isolate(commit.doc, &why, fx);
+                    fx.sends.retain(|(c, _)| !closed.contains(c));
+                    fx.relays.retain(|(c, _)| !closed.contains(c));
+                    fx.compactions.retain(|c| c.doc != commit.doc);
+                }
+            }
+        }
+        let waited = self
+            .durable
+            .first()
+            .is_some_and(|(_, _, at)| at_ms - at >= FANOUT_DEFER_MAX_MS);
+        if !self.durable.is_empty() && (self.news.is_empty() || waited) {
+            let durable = std::mem::take(&mut self.durable);
+            fx.events
+                .extend(event_frames(&self.config.peer_id, &durable));
+        }
+    }
+
+    fn input(&mut self, now_ms: i64, input: Input, fx: &mut Effects) {
+        match input {
+            Input::Connected(c) => {
+                self.conns.insert(
+                    c,
+                    Conn {
+                        state: ConnState::Handshake,
+                        docs: BTreeSet::new(),
+                        work: WorkBudget::new(now_ms, self.config.sync_work),
+                        identity: None,
+                        relay: RelayBudget::new(now_ms),
+                        address: None,
+                    },
+                );
+            }
+            Input::Address(c, address) => {
+                if let Some(conn) = self.conns.get_mut(&c) {
+                    conn.address = Some(address);
+                }
+            }
+            Input::Identified(c, who) => {
+                if let Some(conn) = self.conns.get_mut(&c) {
+                    tracing::debug!(conn = c.0, agent = %who.agent, role = ?who.role, "identified");
+                    conn.identity = Some(who);
+                }
+            }
+            Input::Disconnected(c) => self.drop_conn(c),
+            Input::Frame(c, bytes) => self.frame(now_ms, c, &bytes, fx),
+            Input::Tick => {}
+        }
+    }
+
+    /// Forgets a connection; a list it was the last peer of leaves memory (what it
+    /// holds is in the store, or in this batch's commits, performed before any load; an
+    /// empty list a peer only named was never stored and is gone).
+    fn drop_conn(&mut self, c: ConnId) {
+        if let Some(conn) = self.conns.remove(&c) {
+            for d in conn.docs {
+                if let Some(doc) = self.docs.get_mut(&d) {
+                    doc.peers.remove(&c);
+                    if doc.peers.is_empty() {
+                        self.docs.remove(&d);
+                        self.news.remove(&d);
+                        tracing::debug!(doc = %d, in_memory = self.docs.len(), "list out of memory: no peer syncs it");
+                    }
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, c: ConnId, code: u16, reason: &str, message: String, fx: &mut Effects) {
+        tracing::info!(conn = c.0, reason, %message, "closing connection");
+        fx.closes.push((
+            c,
+            Close {
+                code,
+                reason: reason.to_owned(),
+                message: Some(message),
+            },
+        ));
+        self.drop_conn(c);
+    }
+}
+
+impl HubConfig {
+    /// The default configuration for a hub writing repairs as `actor`.
+    pub fn new(actor: ActorId) -> HubConfig {
+        let peer_id = PeerId::new(format!("swarmtodo-hub-{}", actor.to_hex_string()))
+            .unwrap_or_else(|_| unreachable_peer_id());
+        HubConfig {
+            peer_id,
+            actor,
+            agent: HUB_AGENT.to_owned(),
+            policy: Policy::default(),
+            roles: Roles::default(),
+            sync_limits: syncmsg::Limits::default(),
+            sync_work: (SYNC_WORK_BURST, SYNC_WORK_PER_SECOND),
+            list_creations: (LIST_CREATIONS_BURST, LIST_CREATIONS_PER_MINUTE),
+        }
+    }
+}
+
+#[allow(clippy::expect_used)] // "swarmtodo-hub" is a valid peer id: non-empty, short, no control characters.
+fn unreachable_peer_id() -> PeerId {
+    PeerId::new("swarmtodo-hub").expect("a constant, valid peer id")
+}
