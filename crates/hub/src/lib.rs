@@ -2,11 +2,17 @@
 //! WebSocket (docs/DESIGN.md §2, §7, §8). The sans-I/O core it drives is
 //! [`swarmtodo_core::hub`]; its store is [`swarmtodo_store`].
 //!
-//! - [`server`]: the tokio runtime around the core: listener, connections, hub task.
+//! - [`server`]: the tokio runtime around the core: the listener and the connections;
+//!   the hub task (which owns the core and drives its effects) beside it, and what the
+//!   two exchange (`channel.rs`).
+//! - [`limits`]: every bound of the runtime, as named constants.
 //! - [`config`]: the configuration file (policy, roles, tokens, limits).
 //! - [`memory`]: a counting allocator for memory measurements.
 
+mod channel;
 pub mod config;
+mod hub_task;
+pub mod limits;
 pub mod memory;
 pub mod server;
 

@@ -1,0 +1,80 @@
+//! What connections and the hub task exchange: the inputs a connection queues for the
+//! hub task ([`ToHub`]) and the hub task's handle on a connection's writer ([`Outbox`]),
+//! bounded in frames and bytes.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::limits::{
+    OUTBOX_BYTES_MAX, OUTBOX_FRAMES_MAX, RELAY_OUTBOX_BYTES_MAX, RELAY_OUTBOX_FRAMES_MAX,
+};
+use swarmtodo_core::hub::{Close, ConnId, Identity, Input, StoredList};
+use swarmtodo_proto::wire::DocumentId;
+use swarmtodo_store::StoreError;
+
+/// What the hub task receives.
+#[derive(Debug)]
+pub(crate) enum ToHub {
+    /// A connection opened, with its outbox, who its token says it is and where it
+    /// comes from.
+    Open(ConnId, Outbox, Option<Identity>, std::net::IpAddr),
+    /// An input for the core.
+    Input(Input),
+    /// Close a connection for a reason found outside the core (rate, size, idleness):
+    /// an `error` message, then the close frame.
+    Kick(ConnId, Close),
+    /// A list the core asked for (`Effects::loads`), loaded from the store by a task of
+    /// its own (the hub task goes on meanwhile; the frames for it wait in the core).
+    Loaded(DocumentId, Box<Result<Option<StoredList>, StoreError>>),
+    /// Stop: everything queued before this is handled (and committed) first; then every
+    /// peer is closed with 1001.
+    Shutdown,
+}
+
+/// The hub's handle on one connection's writer.
+#[derive(Debug)]
+pub(crate) struct Outbox {
+    /// Frames to send, bounded by [`OUTBOX_FRAMES_MAX`].
+    pub(crate) frames: mpsc::Sender<Vec<u8>>,
+    /// Closes the connection with a code; separate from `frames` so that a full outbox
+    /// can still be closed.
+    pub(crate) close: oneshot::Sender<Close>,
+    /// Bytes in `frames` not yet written to the socket (the writer subtracts).
+    pub(crate) queued_bytes: Arc<AtomicUsize>,
+}
+
+impl Outbox {
+    pub(crate) fn close(self, close: Close) {
+        let _ = self.close.send(close);
+    }
+
+    /// Queues a frame; `Err(true)` when the peer is too far behind (frames, or
+    /// [`OUTBOX_BYTES_MAX`] queued already), `Err(false)` when its connection is gone.
+    pub(crate) fn push(&self, frame: Vec<u8>) -> Result<(), bool> {
+        let n = frame.len();
+        if self.queued_bytes.load(Ordering::Relaxed) >= OUTBOX_BYTES_MAX {
+            return Err(true);
+        }
+        self.queued_bytes.fetch_add(n, Ordering::Relaxed);
+        if let Err(e) = self.frames.try_send(frame) {
+            self.queued_bytes.fetch_sub(n, Ordering::Relaxed);
+            return Err(matches!(e, mpsc::error::TrySendError::Full(_)));
+        }
+        Ok(())
+    }
+
+    /// Queues a relayed frame unless the peer already has [`RELAY_OUTBOX_BYTES_MAX`] or
+    /// [`RELAY_OUTBOX_FRAMES_MAX`] queued; false when it was dropped. A relay never
+    /// makes its receiver a slow reader.
+    pub(crate) fn offer(&self, frame: Vec<u8>) -> bool {
+        let queued_frames = OUTBOX_FRAMES_MAX.saturating_sub(self.frames.capacity());
+        if self.queued_bytes.load(Ordering::Relaxed) + frame.len() > RELAY_OUTBOX_BYTES_MAX
+            || queued_frames >= RELAY_OUTBOX_FRAMES_MAX
+        {
+            return false;
+        }
+        self.push(frame).is_ok()
+    }
+}

@@ -1,0 +1,297 @@
+//! The hub task: the one owner of the [`HubCore`]. It takes the connections' inputs in
+//! batches, hands them to the core, and performs the core's effects with the one driver
+//! the simulator uses too (`swarmtodo_store::drive`): commit, then send, then close.
+//! Idle, it flushes what a busy moment deferred (`Input::Tick`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tokio::sync::mpsc;
+
+use automerge::ActorId;
+
+use crate::channel::{Outbox, ToHub};
+use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPPED};
+use swarmtodo_core::hub::{
+    Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored, StoredList,
+};
+use swarmtodo_proto::wire::DocumentId;
+use swarmtodo_store::drive::{self, Io};
+use swarmtodo_store::{Store, StoreError};
+
+/// The hub failed in a way that must stop it (a commit that is not durable).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The store refused a commit: nothing of it was relayed, and the hub stopped.
+    #[error("store: {0}")]
+    Store(String),
+    /// The hub task ended abnormally (a panic outside a list's merge).
+    #[error("hub task: {0}")]
+    HubTask(String),
+    /// Accepting failed.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The wall clock in milliseconds since the Unix epoch (what the core is told).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+pub(crate) async fn hub_task(
+    mut core: HubCore,
+    store: Store,
+    known: BTreeSet<DocumentId>,
+    mut rx: mpsc::Receiver<ToHub>,
+    loaded_to: mpsc::WeakSender<ToHub>,
+) -> Result<(), ServeError> {
+    let mut out = Relay {
+        store,
+        known,
+        outboxes: BTreeMap::new(),
+        loaded_to,
+    };
+    // A message taken from the queue while gathering a batch, handled next.
+    let mut stashed: Option<ToHub> = None;
+    // Lists dropped from memory since the freed heap was last given back.
+    let mut dropped = 0usize;
+    loop {
+        // What a busy moment deferred goes out before the hub idles: when nothing
+        // waits, even after the connections had their turn to read (this task runs
+        // again before they do otherwise, and would always find the queue empty).
+        let deferred = core.deferred();
+        if deferred && stashed.is_none() && rx.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        if deferred && stashed.is_none() && rx.is_empty() {
+            let fx = core.handle(now_ms(), Input::Tick);
+            perform(&mut core, &mut out, fx).await?;
+        }
+        let msg = match stashed.take() {
+            Some(m) => m,
+            None => match rx.recv().await {
+                Some(m) => m,
+                None => break,
+            },
+        };
+        let input = match msg {
+            ToHub::Open(id, outbox, who, address) => {
+                out.outboxes.insert(id, outbox);
+                let fx = core.handle_batch(
+                    now_ms(),
+                    [Input::Connected(id), Input::Address(id, address)],
+                );
+                perform(&mut core, &mut out, fx).await?;
+                match who {
+                    Some(who) => Input::Identified(id, who),
+                    None => continue,
+                }
+            }
+            ToHub::Input(i) => i,
+            ToHub::Kick(id, close) => {
+                if let Some(outbox) = out.outboxes.remove(&id) {
+                    outbox.close(close);
+                }
+                continue;
+            }
+            ToHub::Loaded(doc, loaded) => {
+                let loaded = (*loaded).map_err(|e| ServeError::Store(e.to_string()))?;
+                tracing::debug!(%doc, found = loaded.is_some(), "list loaded for a peer");
+                let held = core.doc_count();
+                let fx = core.loaded(now_ms(), doc, loaded);
+                perform(&mut core, &mut out, fx).await?;
+                dropped += held.saturating_sub(core.doc_count());
+                continue;
+            }
+            ToHub::Shutdown => break,
+        };
+        if let Input::Disconnected(id) = &input {
+            out.outboxes.remove(id);
+        }
+        let started = std::time::Instant::now();
+        let held = core.doc_count();
+        let fx = match input {
+            // Frames already waiting are handled together: one answer per list and peer
+            // for all of them (under load, one fan-out per batch, not per write).
+            Input::Frame(..) => {
+                let mut batch = vec![input];
+                while batch.len() < BATCH_FRAMES_MAX {
+                    match rx.try_recv() {
+                        Ok(ToHub::Input(frame @ Input::Frame(..))) => batch.push(frame),
+                        Ok(other) => {
+                            stashed = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                // More input waiting: the hub is behind, and a list's news may go out
+                // with a later batch's (one fan-out for several).
+                let more_waiting = stashed.is_some() || !rx.is_empty();
+                core.handle_batch_deferring(now_ms(), batch, more_waiting)
+            }
+            other => core.handle(now_ms(), other),
+        };
+        let handled = started.elapsed();
+        let commits = fx.commits.len();
+        let sends = fx.sends.len();
+        let bulk = !fx.compactions.is_empty()
+            || fx.commits.iter().map(|c| c.changes.len()).sum::<usize>() >= TRIM_AFTER_CHANGES;
+        let performed = perform(&mut core, &mut out, fx).await;
+        dropped += held.saturating_sub(core.doc_count());
+        if bulk || dropped >= TRIM_AFTER_LISTS_DROPPED {
+            dropped = 0;
+            give_back_freed_memory();
+        }
+        if commits > 0 {
+            tracing::debug!(
+                handle_us = handled.as_micros() as u64,
+                perform_us = (started.elapsed() - handled).as_micros() as u64,
+                commits,
+                sends,
+                "merge relayed"
+            );
+        }
+        if let Err(e) = performed {
+            for (_, outbox) in std::mem::take(&mut out.outboxes) {
+                outbox.close(Close {
+                    code: 1011,
+                    reason: "store_failed".to_owned(),
+                    message: Some("the hub could not store a change and stopped".to_owned()),
+                });
+            }
+            return Err(e);
+        }
+    }
+    for (_, outbox) in out.outboxes {
+        outbox.close(Close {
+            code: 1001,
+            reason: "shutdown".to_owned(),
+            message: None,
+        });
+    }
+    Ok(())
+}
+
+/// Returns freed heap memory to the system. A first sync of a long history allocates
+/// several times the list's size for a moment (the changes decoded, the merge's report,
+/// the commit), and glibc keeps freed memory in its arenas: without this, a hub that
+/// was given ten 10,000-change lists kept 5 MiB more per list resident than its lists
+/// hold. Called after such a batch and after a snapshot (whose rebuild frees the old
+/// document); it walks the heap, a few milliseconds at most.
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim only releases free memory of the allocator's own arenas;
+        // it has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
+/// What the hub task performs the core's effects with (the driver's [`Io`]): the
+/// store, the lists it holds, and the connections' outboxes.
+struct Relay {
+    store: Store,
+    known: BTreeSet<DocumentId>,
+    outboxes: BTreeMap<ConnId, Outbox>,
+    /// Where a list loaded for the core is sent ([`ToHub::Loaded`]).
+    loaded_to: mpsc::WeakSender<ToHub>,
+}
+
+/// Performs `fx` with the one driver (`swarmtodo_store::drive::perform`).
+async fn perform(core: &mut HubCore, out: &mut Relay, fx: Effects) -> Result<(), ServeError> {
+    drive::perform(core, out, fx)
+        .await
+        .map_err(|e| ServeError::Store(e.to_string()))
+}
+
+impl Io for Relay {
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+
+    /// All the merges of a batch go to disk in one transaction.
+    async fn commit(&mut self, commits: &[Commit], at_ms: i64) -> Result<Vec<Stored>, StoreError> {
+        let results =
+            swarmtodo_store::persist::commit_all(&self.store, &mut self.known, commits, at_ms)
+                .await?;
+        Ok(results
+            .into_iter()
+            .map(|r| match r {
+                Ok(seqs) => Stored::Durable(seqs),
+                Err(e) => Stored::Refused(e.to_string()),
+            })
+            .collect())
+    }
+
+    async fn compact(&mut self, c: Compaction) {
+        // A failed compaction loses nothing (the changes stay); log and go on.
+        if let Err(e) = self
+            .store
+            .compact(
+                swarmtodo_store::persist::doc_id(&c.doc),
+                c.snapshot,
+                c.heads,
+            )
+            .await
+        {
+            tracing::warn!(doc = %c.doc, error = %e, "compaction failed");
+        }
+    }
+
+    /// Each load is a task of its own, queued at the store after the batch's commits,
+    /// whose result comes back to the hub task as [`ToHub::Loaded`] (a large list takes
+    /// a while to rebuild, and the other peers must not wait for it).
+    async fn load(
+        &mut self,
+        doc: DocumentId,
+        actor: ActorId,
+    ) -> Result<Option<Option<StoredList>>, StoreError> {
+        if let Some(to_hub) = self.loaded_to.upgrade() {
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                let loaded = swarmtodo_store::persist::load(&store, doc, actor).await;
+                let _ = to_hub.send(ToHub::Loaded(doc, Box::new(loaded))).await;
+            });
+        }
+        Ok(None)
+    }
+
+    fn send(&mut self, c: ConnId, frame: Vec<u8>) -> bool {
+        let Some(outbox) = self.outboxes.get(&c) else {
+            return true;
+        };
+        let Err(full) = outbox.push(frame) else {
+            return true;
+        };
+        if let Some(outbox) = self.outboxes.remove(&c) {
+            if full {
+                tracing::info!(conn = c.0, "outbox full: closing a slow reader");
+                outbox.close(Close {
+                    code: 1008,
+                    reason: "slow_reader".to_owned(),
+                    message: None,
+                });
+            }
+        }
+        false
+    }
+
+    fn relay(&mut self, c: ConnId, frame: Vec<u8>) {
+        if let Some(outbox) = self.outboxes.get(&c) {
+            if !outbox.offer(frame) {
+                tracing::trace!(conn = c.0, "relay dropped for a peer that is behind");
+            }
+        }
+    }
+
+    fn close(&mut self, c: ConnId, close: Close) {
+        if let Some(outbox) = self.outboxes.remove(&c) {
+            outbox.close(close);
+        }
+    }
+}
