@@ -3,6 +3,8 @@
 //! §8).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -320,18 +322,19 @@ fn acknowledged_writes_survive_sigkill() {
     let dir = TempDir::new("crash");
     let mut acked: Vec<(u64, String)> = Vec::new();
     for round in 0..CRASH_ROUNDS {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "crash_child",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CRASH_DIR_ENV, &dir.0)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child =
+            common::dies_with_parent(&mut Command::new(std::env::current_exe().unwrap()))
+                .args([
+                    "--exact",
+                    "crash_child",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CRASH_DIR_ENV, &dir.0)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
         // The pipe stays open until the child is dead: a closed pipe would make the
         // child fail on its own instead of being killed mid-write.
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();

@@ -178,7 +178,7 @@ impl HubProc {
     }
 
     fn spawn(db: &Path, listen: &str, args: &[&str], log: &str, stderr: Stdio) -> HubProc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
+        let mut child = dies_with_parent(&mut Command::new(env!("CARGO_BIN_EXE_swarmtodo")))
             .args(["serve", "--listen", listen, "--data"])
             .arg(db)
             .args(args)
@@ -248,6 +248,29 @@ impl Drop for HubProc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Makes the process `cmd` starts die with the thread that started it (SIGKILL, Linux's
+/// parent-death signal): a test that fails, or a test binary that is killed before its
+/// `Drop`s run, leaves no hub or peer process behind. Start processes from the thread
+/// that owns them (the test's own, or a blocking task that waits for them).
+pub fn dies_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    // SAFETY: the closure runs between fork and exec; it calls only async-signal-safe
+    // functions (prctl, getppid, _exit) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the signal was armed: nobody will kill us.
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        })
     }
 }
 
@@ -336,7 +359,7 @@ pub async fn node(script: &str, args: &[String], envs: &[(&str, &str)]) -> std::
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
     tokio::task::spawn_blocking(move || {
-        Command::new("node")
+        dies_with_parent(&mut Command::new("node"))
             .arg(&script)
             .args(&args)
             .envs(envs)

@@ -618,7 +618,7 @@ pub(crate) fn rogue_move(rng: &mut Rng, me: &str, replica: &TodoList, action: Ac
 const ROGUE_BULK_MIN: usize = 20;
 /// … and most: over a hundred in one change, enough that a key naming each would be
 /// kilobytes, yet the list stays small enough for 200 seeds in minutes (the limits
-/// themselves are reached by `tests/hostile_peers.rs`).
+/// themselves are reached by `tests/hub/hostile_peers.rs`).
 const ROGUE_BULK_MAX: usize = 120;
 
 /// A change that bypasses the model's validation (a foreign or buggy peer): made on a

@@ -12,7 +12,7 @@
 //! the whole document, a peer whose last word was "I have all this since the
 //! beginning") falls back to the stock functions, once per such message. The result is the same
 //! message and the same [`State`] either way (the differential test
-//! `tests/sync_fast.rs` runs both on random histories).
+//! `tests/model/sync_fast.rs` runs both on random histories).
 //!
 //! Why the window is exact: changes enter it in causal order (every change after its
 //! dependencies), so

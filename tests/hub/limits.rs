@@ -5,8 +5,6 @@
 //! the hub took, only what it did within a generous bound.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use common::*;
+use crate::common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::hub::wire::{self, WireMessage};
 use swarmtodo::model::TodoList;
@@ -453,7 +451,7 @@ async fn list_creation_is_paced_and_lists_nobody_syncs_leave_memory() {
 
 /// The figure of the hostile review: the hub's RSS after 5,000 lists created (without
 /// tasks) over five connections, and after those connections left. Run with
-/// `cargo test --test hub_limits rss_after -- --ignored --nocapture` (the creation
+/// `cargo test --test hub limits::rss_after -- --ignored --nocapture` (the creation
 /// budget is raised for it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check: prints the hub's RSS"]

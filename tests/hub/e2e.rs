@@ -3,11 +3,9 @@
 //! file, `kill -9`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::model::TodoList;
 use swarmtodo::proto::{EventBody, Rule, Status, TaskPatch};

@@ -3,8 +3,6 @@
 //! is sent, and the Rust client against a hostile hub.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -12,7 +10,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use common::*;
+use crate::common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::hub::core::EVENTS_SESSION;
 use swarmtodo::hub::wire::{self, DocumentId, PeerId, WireMessage};

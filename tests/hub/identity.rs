@@ -2,11 +2,9 @@
 //! lead's actor id (a real automerge-repo peer, `tests/js/forge_actor.mjs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::model::TodoList;
 

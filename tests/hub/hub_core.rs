@@ -3,10 +3,8 @@
 //! for the whole history runs out of budget.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
+use crate::common::{actor, list_with_history, patch, status, task, upsert, write};
 use automerge::{sync, ActorId, ReadDoc};
-use common::{actor, list_with_history, patch, status, task, upsert, write};
 use swarmtodo::hub::core::{
     events_of, ConnId, Effects, HubConfig, HubCore, Input, Stored, StoredList, CHANGE_WORK_UNITS,
     FANOUT_DEFER_MAX_MS, FANOUT_HOLD_HEARD_MAX_MS, FANOUT_UNACKED_MAX,

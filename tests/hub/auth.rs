@@ -2,11 +2,9 @@
 //! a real hub process started with `--config`, real clients.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::model::TodoList;
 use swarmtodo::proto::{EventBody, Rule, Status, TaskPatch};
@@ -145,7 +143,7 @@ async fn tokens_admit_agents_with_their_roles() {
 }
 
 fn serve_fails(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
+    let out = crate::common::dies_with_parent(&mut Command::new(env!("CARGO_BIN_EXE_swarmtodo")))
         .arg("serve")
         .args(args)
         .output()

@@ -1,9 +1,7 @@
 //! `todo_write` / `todo_read` on a replica (docs/DESIGN.md §3, §5).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use swarmtodo::model::{parse_write_request, TodoList, WriteContext};
 use swarmtodo::proto::{
     ApiError, ErrorCode, PatchOp, Priority, Status, TaskPatch, Version, WriteMode, WriteRequest,

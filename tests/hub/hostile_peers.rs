@@ -3,9 +3,7 @@
 //! would, and swarmtodo's Rust client as the honest lead who must keep its list.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::hub::wire::DocumentId;
 use swarmtodo::model::TodoList;

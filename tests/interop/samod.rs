@@ -6,16 +6,14 @@
 //! automerge-repo peer would: it knows nothing of swarmtodo's model or invariants.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::common::*;
 use automerge::transaction::Transactable;
 use automerge::{ActorId, Automerge, AutomergeError, ChangeHash, ObjType, ReadDoc, Value, ROOT};
-use common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::hub::wire::DocumentId;
 use swarmtodo::model::TodoList;

@@ -6,11 +6,9 @@
 //! [`Connection`] syncs a list during the abuse (bounded latency) and after it, and the
 //! hub process is still alive.
 //!
-//! The malicious sync messages are the byte constructions of `src/hub/syncmsg.rs`'s unit
-//! tests, rebuilt here.
+//! The malicious sync messages are the byte constructions of the validator's unit tests
+//! (`crates/core/src/syncmsg/tests.rs`), rebuilt here.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
-
-mod common;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +24,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use common::*;
+use crate::common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::hub::core::EPHEMERAL_BURST_BYTES;
 use swarmtodo::hub::server::{
@@ -355,7 +353,7 @@ fn assert_closed(e: &Ending, code: u16, reason: &str) {
 }
 
 // ---------------------------------------------------------------------------------
-// Byte constructions (as in src/hub/syncmsg.rs's unit tests)
+// Byte constructions (as in crates/core/src/syncmsg/tests.rs)
 // ---------------------------------------------------------------------------------
 
 fn leb(mut n: u64) -> Vec<u8> {
@@ -546,7 +544,7 @@ async fn garbage_and_text_frames_are_refused_and_the_hub_keeps_serving() {
 }
 
 /// Every refused peer is told why in an `error` message before the close frame
-/// (core.rs: "Connections to close (after their pending sends)").
+/// (`Effects::closes`: "Connections to close (after their pending sends)").
 ///
 /// Reproduction: connect, send the two bytes `ff ff`, read. Expected: a binary `error`
 /// message ("bad message: ..."), then close 1002 `malformed`. Seen: only the close frame,

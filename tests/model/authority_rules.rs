@@ -2,9 +2,7 @@
 //! replicas: forks of one list, edited apart and merged into the hub's replica.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use swarmtodo::authority::{Action, ActiveScope, Authority, Policy, Report, Role, Roles};
 use swarmtodo::model::TodoList;
 use swarmtodo::proto::{Resolution, Rule, Status, TaskPatch};

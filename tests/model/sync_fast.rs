@@ -9,13 +9,11 @@
 //! own changes (as repairs do).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-mod common;
-
 use std::collections::VecDeque;
 
+use crate::common::{actor, patch, task, upsert};
 use automerge::sync::{Message, State, SyncDoc};
 use automerge::{Automerge, ReadDoc};
-use common::{actor, patch, task, upsert};
 use proptest::prelude::*;
 use swarmtodo::model::sync::{SentIndex, SYNC_WINDOW_CHANGES};
 use swarmtodo::model::{TodoList, WriteContext};
