@@ -207,7 +207,7 @@ impl Store {
     }
 
     /// Queues `f` (waiting for a slot when the queue is full) and awaits its answer.
-    async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
+    pub(crate) async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Db) -> Result<T, StoreError> + Send + 'static,

@@ -34,42 +34,81 @@ fn kind(body: &swarmtodo_proto::EventBody) -> &'static str {
     }
 }
 
-/// Makes several commits durable in one transaction (one write to disk). Returns, per
-/// commit in order, its events' sequence numbers — or why the store refused it for its
-/// own content (a record over a store limit): such a commit is left out and the others
-/// are stored. An error of the store itself (I/O, SQLite) is the `Err`.
+/// What one commit came to: its events' sequence numbers, or why the store refused it
+/// for its own content.
+type Answer = Result<Vec<u64>, StoreError>;
+
+/// Makes several commits durable in one transaction (one write to disk, one request to
+/// the store thread). Returns, per commit in order, its events' sequence numbers — or
+/// why the store refused it for its own content (a record over a store limit): such a
+/// commit is left out and the others are stored. An error of the store itself (I/O,
+/// SQLite) is the `Err`.
 pub async fn commit_all(
     store: &Store,
     known: &mut BTreeSet<DocumentId>,
     commits: &[Commit],
     now_ms: i64,
-) -> Result<Vec<Result<Vec<u64>, StoreError>>, StoreError> {
-    let mut merges = Vec::with_capacity(commits.len());
-    let mut out: Vec<Result<Vec<u64>, StoreError>> = Vec::with_capacity(commits.len());
-    for commit in commits {
-        let b = match batch(commit, now_ms).and_then(|b| b.check().map(|()| b)) {
-            Ok(b) => b,
-            Err(e) => {
-                out.push(Err(e));
-                continue;
-            }
+) -> Result<Vec<Answer>, StoreError> {
+    let prepared = Prepared::new(known, commits, now_ms);
+    store.call(move |db| prepared.store(db)).await
+}
+
+/// [`commit_all`] on a synchronous [`Db`], for code without a runtime (the
+/// simulation): the same rows in one transaction, the same answers.
+pub fn commit_all_sync(
+    db: &mut Db,
+    known: &mut BTreeSet<DocumentId>,
+    commits: &[Commit],
+    now_ms: i64,
+) -> Result<Vec<Answer>, StoreError> {
+    Prepared::new(known, commits, now_ms).store(db)
+}
+
+/// A batch of commits as the store takes them: the lists new to it, the rows of each
+/// commit it accepts, and an answer per commit (`Ok` filled in once stored).
+struct Prepared {
+    new_lists: Vec<DocumentId>,
+    merges: Vec<(DocId, Batch)>,
+    answers: Vec<Answer>,
+}
+
+impl Prepared {
+    /// Builds the rows of `commits` (off the store thread); the lists new to `known`
+    /// are added to it.
+    fn new(known: &mut BTreeSet<DocumentId>, commits: &[Commit], now_ms: i64) -> Prepared {
+        let mut p = Prepared {
+            new_lists: Vec::new(),
+            merges: Vec::with_capacity(commits.len()),
+            answers: Vec::with_capacity(commits.len()),
         };
-        if !known.contains(&commit.doc) {
-            store
-                .create_or_get_list(commit.doc.to_string(), doc_id(&commit.doc))
-                .await?;
-            known.insert(commit.doc);
+        for commit in commits {
+            match batch(commit, now_ms).and_then(|b| b.check().map(|()| b)) {
+                Ok(b) => {
+                    if known.insert(commit.doc) {
+                        p.new_lists.push(commit.doc);
+                    }
+                    p.merges.push((doc_id(&commit.doc), b));
+                    p.answers.push(Ok(Vec::new()));
+                }
+                Err(e) => p.answers.push(Err(e)),
+            }
         }
-        merges.push((doc_id(&commit.doc), b));
-        out.push(Ok(Vec::new()));
+        p
     }
-    let mut stored = store.commit_merges(merges).await?.into_iter();
-    for slot in out.iter_mut().filter(|r| r.is_ok()) {
-        if let Some(c) = stored.next() {
-            *slot = Ok(c.seqs);
+
+    /// Creates the new lists and stores the rows in one transaction.
+    fn store(mut self, db: &mut Db) -> Result<Vec<Answer>, StoreError> {
+        for doc in &self.new_lists {
+            db.create_or_get_list(&doc.to_string(), doc_id(doc))?;
         }
+        let mut stored = db.commit_merges(&self.merges)?.into_iter();
+        for slot in self.answers.iter_mut().filter(|r| r.is_ok()) {
+            if let Some(c) = stored.next() {
+                *slot = Ok(c.seqs);
+            }
+        }
+        Ok(self.answers)
     }
-    Ok(out)
 }
 
 /// The store's batch for one commit: its changes, its events stamped `now_ms`, its keys.
@@ -96,40 +135,6 @@ fn batch(commit: &Commit, now_ms: i64) -> Result<Batch, StoreError> {
         events,
         reported: commit.reported.clone(),
     })
-}
-
-/// [`commit_all`] on a synchronous [`Db`], for code without a runtime (the
-/// simulation): the same rows in one transaction, the same answers.
-pub fn commit_all_sync(
-    db: &mut Db,
-    known: &mut BTreeSet<DocumentId>,
-    commits: &[Commit],
-    now_ms: i64,
-) -> Result<Vec<Result<Vec<u64>, StoreError>>, StoreError> {
-    let mut merges = Vec::with_capacity(commits.len());
-    let mut out: Vec<Result<Vec<u64>, StoreError>> = Vec::with_capacity(commits.len());
-    for commit in commits {
-        let b = match batch(commit, now_ms).and_then(|b| b.check().map(|()| b)) {
-            Ok(b) => b,
-            Err(e) => {
-                out.push(Err(e));
-                continue;
-            }
-        };
-        if !known.contains(&commit.doc) {
-            db.create_or_get_list(&commit.doc.to_string(), doc_id(&commit.doc))?;
-            known.insert(commit.doc);
-        }
-        merges.push((doc_id(&commit.doc), b));
-        out.push(Ok(Vec::new()));
-    }
-    let mut stored = db.commit_merges(&merges)?.into_iter();
-    for slot in out.iter_mut().filter(|r| r.is_ok()) {
-        if let Some(c) = stored.next() {
-            *slot = Ok(c.seqs);
-        }
-    }
-    Ok(out)
 }
 
 /// The lists of a synchronous [`Db`], told to the core (which loads each when a peer
