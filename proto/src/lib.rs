@@ -15,16 +15,18 @@
 //! assert!(serde_json::from_str::<Task>(r#"{"id":"t1","content":"x","status":"done"}"#).is_err());
 //! ```
 
+mod api;
 pub mod limits;
 mod request;
 pub mod wire;
 
+pub use self::api::{ClaimAnswer, ClaimRequest, WriteAnswer};
 pub use self::request::parse_write_request;
 
 pub use self::limits::{
     AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, EVENT_VALUE_BYTES_MAX, EXPLANATION_BYTES_MAX,
-    LIST_TASKS_MAX, TASKS_CHANGED_HASHES_MAX, TASK_ID_BYTES_MAX, TASK_TEXT_BYTES_MAX,
-    VIOLATION_TASKS_MAX, WRITE_OPS_MAX,
+    LIST_NAME_BYTES_MAX, LIST_TASKS_MAX, TASKS_CHANGED_HASHES_MAX, TASK_ID_BYTES_MAX,
+    TASK_TEXT_BYTES_MAX, VIOLATION_TASKS_MAX, WRITE_OPS_MAX,
 };
 
 use std::fmt;
@@ -358,6 +360,21 @@ pub enum ErrorCode {
     InvalidDependency,
     /// The replica failed to commit a valid write; nothing changed, retry.
     Internal,
+    /// No list has this name: create it first (`PUT /v1/lists/{name}`).
+    UnknownList,
+    /// A claim found no ready task (pending, unowned, every dependency completed).
+    NothingReady,
+    /// A claim named a task another agent holds, or one that is not pending.
+    Conflict,
+    /// The caller's role does not allow this (an observer writes, a worker claims for
+    /// another agent).
+    Forbidden,
+    /// A token is missing or unknown.
+    Unauthorized,
+    /// No such path in the API.
+    NotFound,
+    /// The path does not take this method (the `allowed` field lists the ones it takes).
+    MethodNotAllowed,
 }
 
 /// An error a client can act on: a stable code, the field it concerns, the allowed
@@ -572,6 +589,9 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("write_request.json", schemars::schema_for!(WriteRequest)),
         ("write_result.json", schemars::schema_for!(WriteResult)),
         ("api_error.json", schemars::schema_for!(ApiError)),
+        ("write_answer.json", schemars::schema_for!(WriteAnswer)),
+        ("claim_request.json", schemars::schema_for!(ClaimRequest)),
+        ("claim_answer.json", schemars::schema_for!(ClaimAnswer)),
         ("violation.json", schemars::schema_for!(Violation)),
         ("conflict.json", schemars::schema_for!(Conflict)),
         ("event.json", schemars::schema_for!(Event)),

@@ -27,6 +27,8 @@ pub const EVENT_VALUE_BYTES_MAX: usize = TASK_TEXT_BYTES_MAX;
 pub const WRITE_OPS_MAX: usize = LIST_TASKS_MAX;
 /// Longest `explanation`, in bytes.
 pub const EXPLANATION_BYTES_MAX: usize = 1024;
+/// Longest list name, in bytes (a list's document id is a hash of its name).
+pub const LIST_NAME_BYTES_MAX: usize = 256;
 
 // The automerge-repo wire messages (proto/src/wire.rs).
 

@@ -10,6 +10,7 @@ mod auth;
 mod bad_input;
 mod e2e;
 mod hostile_peers;
+mod http;
 mod hub_core;
 mod identity;
 mod limits;

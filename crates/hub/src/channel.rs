@@ -10,8 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::limits::{
     OUTBOX_BYTES_MAX, OUTBOX_FRAMES_MAX, RELAY_OUTBOX_BYTES_MAX, RELAY_OUTBOX_FRAMES_MAX,
 };
-use swarmtodo_core::hub::{Close, ConnId, Identity, Input, StoredList};
+use swarmtodo_core::hub::{Answer, Call, Caller, Close, ConnId, Identity, Input, StoredList};
 use swarmtodo_proto::wire::DocumentId;
+use swarmtodo_proto::ApiError;
 use swarmtodo_store::StoreError;
 
 /// What the hub task receives.
@@ -28,6 +29,17 @@ pub(crate) enum ToHub {
     /// A list the core asked for (`Effects::loads`), loaded from the store by a task of
     /// its own (the hub task goes on meanwhile; the frames for it wait in the core).
     Loaded(DocumentId, Box<Result<Option<StoredList>, StoreError>>),
+    /// A call of the JSON API, answered on `reply` (a write once it is durable).
+    Call {
+        /// Who calls.
+        caller: Caller,
+        /// The list's name.
+        list: String,
+        /// What it asks.
+        call: Call,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<Answer, ApiError>>,
+    },
     /// Stop: everything queued before this is handled (and committed) first; then every
     /// peer is closed with 1001.
     Shutdown,

@@ -5,16 +5,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use automerge::ActorId;
 
 use crate::channel::{Outbox, ToHub};
 use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPPED};
 use swarmtodo_core::hub::{
-    Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored, StoredList,
+    Answer, CallId, Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored, StoredList,
 };
 use swarmtodo_proto::wire::DocumentId;
+use swarmtodo_proto::ApiError;
 use swarmtodo_store::drive::{self, Io};
 use swarmtodo_store::{Store, StoreError};
 
@@ -52,7 +53,9 @@ pub(crate) async fn hub_task(
         known,
         outboxes: BTreeMap::new(),
         loaded_to,
+        calls: BTreeMap::new(),
     };
+    let mut next_call = 0u64;
     // A message taken from the queue while gathering a batch, handled next.
     let mut stashed: Option<ToHub> = None;
     // Lists dropped from memory since the freed heap was last given back.
@@ -104,6 +107,22 @@ pub(crate) async fn hub_task(
                 perform(&mut core, &mut out, fx).await?;
                 dropped += held.saturating_sub(core.doc_count());
                 continue;
+            }
+            ToHub::Call {
+                caller,
+                list,
+                call,
+                reply,
+            } => {
+                next_call += 1;
+                let id = CallId(next_call);
+                out.calls.insert(id, reply);
+                Input::Call {
+                    id,
+                    caller,
+                    list,
+                    call,
+                }
             }
             ToHub::Shutdown => break,
         };
@@ -200,6 +219,8 @@ struct Relay {
     outboxes: BTreeMap<ConnId, Outbox>,
     /// Where a list loaded for the core is sent ([`ToHub::Loaded`]).
     loaded_to: mpsc::WeakSender<ToHub>,
+    /// Where the answers to API calls go.
+    calls: BTreeMap<CallId, oneshot::Sender<Result<Answer, ApiError>>>,
 }
 
 /// Performs `fx` with the one driver (`swarmtodo_store::drive::perform`).
@@ -292,6 +313,13 @@ impl Io for Relay {
     fn close(&mut self, c: ConnId, close: Close) {
         if let Some(outbox) = self.outboxes.remove(&c) {
             outbox.close(close);
+        }
+    }
+
+    fn answer(&mut self, id: CallId, answer: Result<Answer, ApiError>) {
+        if let Some(reply) = self.calls.remove(&id) {
+            // The caller may have gone away: its write is durable all the same.
+            let _ = reply.send(answer);
         }
     }
 }

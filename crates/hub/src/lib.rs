@@ -11,6 +11,7 @@
 
 mod channel;
 pub mod config;
+pub mod http;
 mod hub_task;
 pub mod limits;
 pub mod memory;

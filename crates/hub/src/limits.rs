@@ -43,7 +43,13 @@ pub const WRITE_BUFFER_BYTES: usize = 4 * 1024;
 /// A peer far behind gets what it lacks over several sync messages, each with at most
 /// `SYNC_CHANGES_BYTES_MAX` of changes (see ARCHITECTURE.md), well under this.
 pub const WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
-/// A connection must finish the WebSocket handshake within this.
+/// Largest body of an HTTP API request (a `todo_write` of a whole list of long tasks
+/// goes as several patches).
+pub const HTTP_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Largest head (request line and headers) of an HTTP API request.
+pub const HTTP_HEAD_BYTES_MAX: usize = 64 * 1024;
+/// A connection must finish the WebSocket handshake (or send an HTTP request's head)
+/// within this.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection that sends nothing for this long is closed (clients ping).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);

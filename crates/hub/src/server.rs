@@ -138,7 +138,20 @@ pub async fn run(
                 };
                 tokio::spawn(async move {
                     let _permit = permit;
-                    serve_conn(conn, stream, from).await;
+                    match crate::http::is_api(&stream).await {
+                        Some(true) => {
+                            let api = crate::http::Api {
+                                to_hub: conn.to_hub,
+                                access: conn.access,
+                                address: conn.address,
+                                admitted: from.is_some(),
+                            };
+                            let _counted = from;
+                            crate::http::serve(stream, api).await;
+                        }
+                        Some(false) => serve_conn(conn, stream, from).await,
+                        None => {}
+                    }
                 });
             }
         }

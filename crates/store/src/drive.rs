@@ -4,9 +4,9 @@
 //! commits are made durable (one transaction for all of a batch) and the answers go back
 //! to the core ([`HubCore::committed`]), which releases the events of durable commits
 //! and isolates a list whose commit the store refused; then the snapshots are stored,
-//! the sync messages sent, then the event frames, then relays, then closes; a peer too
-//! far behind to take a frame is closed and the core is told it is gone; last, the
-//! lists the core asked for are loaded. A runtime supplies the I/O through [`Io`]: the
+//! the sync messages sent, then the event frames, then relays, closes and the answers
+//! to API calls; a peer too far behind to take a frame is closed and the core is told
+//! it is gone; last, the lists the core asked for are loaded. A runtime supplies the I/O through [`Io`]: the
 //! server with its SQLite thread and WebSocket outboxes, the simulator with a SQLite
 //! file and its simulated network — so what the simulator checks is what the server
 //! does.
@@ -15,9 +15,10 @@ use std::collections::VecDeque;
 
 use automerge::ActorId;
 use swarmtodo_core::hub::{
-    Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored, StoredList,
+    Answer, CallId, Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored, StoredList,
 };
 use swarmtodo_proto::wire::DocumentId;
+use swarmtodo_proto::ApiError;
 
 use crate::StoreError;
 
@@ -64,6 +65,9 @@ pub trait Io {
 
     /// Closes connection `c` after what was queued for it.
     fn close(&mut self, c: ConnId, close: Close);
+
+    /// Answers API call `id` (its writes are durable by now).
+    fn answer(&mut self, id: CallId, answer: Result<Answer, ApiError>);
 }
 
 /// Performs `fx` and everything it leads to (a slow reader's disconnection, a list
@@ -100,6 +104,9 @@ pub async fn perform<I: Io>(core: &mut HubCore, io: &mut I, fx: Effects) -> Resu
         }
         for (c, close) in fx.closes {
             io.close(c, close);
+        }
+        for (id, answer) in fx.answers {
+            io.answer(id, answer);
         }
         if !gone.is_empty() {
             todo.push_back(core.handle_batch(at_ms, gone.into_iter().map(Input::Disconnected)));

@@ -227,6 +227,7 @@ mod tests {
             changes: Vec::new(),
             events: Vec::new(),
             reported: vec![key],
+            answers: Vec::new(),
         }
     }
 

@@ -209,6 +209,11 @@ impl HubCore {
             }) => Creator::Address(*a),
             _ => Creator::Unknown,
         };
+        self.take_creation_by(now_ms, creator)
+    }
+
+    /// One list creation of `creator`'s budget; false when it has none left.
+    pub(super) fn take_creation_by(&mut self, now_ms: i64, creator: Creator) -> bool {
         let limits = self.config.list_creations;
         if self.creators.len() >= CREATORS_KEPT_MAX && !self.creators.contains_key(&creator) {
             self.creators.retain(|_, b| !b.refill(now_ms, limits));

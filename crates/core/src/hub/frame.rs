@@ -93,10 +93,10 @@ impl HubCore {
             _ => None,
         };
         if let Some((doc, syncs)) = target {
-            let loading = self.waiting.contains_key(&doc);
+            let loading = self.waiting.contains_key(&doc) || self.calls.contains_key(&doc);
             if !self.docs.contains_key(&doc) && (loading || syncs && self.stored.contains(&doc)) {
                 let waiting = self.waiting.entry(doc).or_default();
-                if waiting.0.is_empty() {
+                if !loading {
                     fx.loads.push(doc);
                 }
                 if waiting.1 + bytes.len() > LOAD_WAITING_BYTES_MAX {

@@ -1,5 +1,8 @@
 //! The hub core's bounds: connections, lists, history work, relays, compaction and fan-out.
 
+/// API calls that may wait for one list to load; more are refused (retry).
+pub const CALLS_WAITING_MAX: usize = 4_096;
+
 /// Most documents one connection may sync at once.
 pub const DOCS_PER_CONN_MAX: usize = 1_024;
 /// Most lists one hub has, stored or being created: a creation past it is refused with

@@ -31,6 +31,7 @@ impl HubCore {
         for (c, bytes) in self.waiting.remove(&id).unwrap_or_default().0 {
             self.frame(now_ms, c, &bytes, &mut fx);
         }
+        self.calls_loaded(now_ms, id, &mut fx);
         self.answer(now_ms, false, &mut fx);
         // The peers that asked for it may have left while it loaded: then nobody syncs
         // it, and it leaves memory again.

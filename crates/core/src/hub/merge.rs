@@ -245,7 +245,7 @@ impl HubCore {
 
     /// Hands a merge's commit to the runtime (with the ready peers to notify of its
     /// events), and a snapshot when the list has grown enough since the last.
-    fn commit(&mut self, doc_id: DocumentId, mut commit: Commit, fx: &mut Effects) {
+    pub(super) fn commit(&mut self, doc_id: DocumentId, mut commit: Commit, fx: &mut Effects) {
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return;
         };
@@ -300,6 +300,7 @@ impl HubCore {
             changes: Vec::new(),
             events: Vec::new(),
             reported: Vec::new(),
+            answers: Vec::new(),
         };
         let report = match doc.authority.process(&mut doc.list, merge.clone(), now_ms) {
             Ok(r) => r,

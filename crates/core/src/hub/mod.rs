@@ -21,6 +21,7 @@
 
 mod answer;
 mod budget;
+mod calls;
 mod events;
 mod frame;
 mod limits;
@@ -34,6 +35,8 @@ use automerge::{sync, ActorId, ChangeHash};
 
 use self::answer::Owed;
 use self::budget::{CreationBudget, Creator, RelayBudget, WorkBudget};
+use self::calls::WaitingCall;
+pub use self::calls::{api_actor, list_id, Answer, Call, CallId, Caller};
 use self::events::event_frames;
 pub use self::events::events_of;
 pub use self::limits::*;
@@ -100,6 +103,17 @@ pub enum Input {
     /// Nothing else waits: what a busy moment deferred (news, events) goes out now. The
     /// runtime sends it when its queue runs dry while [`HubCore::deferred`] holds.
     Tick,
+    /// A call of the JSON API on the list called `list`.
+    Call {
+        /// The runtime's number for it (its answer carries it).
+        id: CallId,
+        /// Who calls.
+        caller: Caller,
+        /// The list's name.
+        list: String,
+        /// What it asks.
+        call: Call,
+    },
 }
 
 /// What the store did with one commit of [`Effects::commits`] (one per commit, in their
@@ -134,6 +148,9 @@ pub struct Commit {
     pub events: Vec<EventBody>,
     /// Keys the authority reported with these events.
     pub reported: Vec<String>,
+    /// The API calls this commit answers, released once it is durable (the store
+    /// ignores them).
+    pub answers: Vec<(CallId, Answer)>,
 }
 
 /// A snapshot of a list to store in place of the changes it covers.
@@ -171,6 +188,9 @@ pub struct Effects {
     pub relays: Vec<(ConnId, Vec<u8>)>,
     /// Connections to close (after their pending sends).
     pub closes: Vec<(ConnId, Close)>,
+    /// Answers to API calls: reads and refusals at once, writes once durable (filled
+    /// by [`HubCore::committed`]).
+    pub answers: Vec<(CallId, Result<Answer, crate::proto::ApiError>)>,
 }
 
 /// A list as the runtime loaded it from the store for [`Effects::loads`].
@@ -311,6 +331,9 @@ pub struct HubCore {
     /// with it, so that a peer hears of a change after it has it, and in one frame per
     /// peer for several batches.
     durable: Vec<(Commit, Vec<u64>, i64)>,
+    /// API calls waiting for their list to load, in the order they came (at most
+    /// [`CALLS_WAITING_MAX`] per list).
+    calls: BTreeMap<DocumentId, Vec<WaitingCall>>,
 }
 
 /// Frames waiting for a list to load (connection, bytes), and their bytes in all.
@@ -330,6 +353,7 @@ impl HubCore {
             waiting: BTreeMap::new(),
             creators: BTreeMap::new(),
             durable: Vec::new(),
+            calls: BTreeMap::new(),
         }
     }
 
@@ -446,9 +470,12 @@ impl HubCore {
     /// refused.
     pub fn committed(&mut self, at_ms: i64, fx: &mut Effects, stored: Vec<Stored>) {
         let mut stored = stored.into_iter();
-        for commit in std::mem::take(&mut fx.commits) {
+        for mut commit in std::mem::take(&mut fx.commits) {
+            let answers = std::mem::take(&mut commit.answers);
             match stored.next() {
                 Some(Stored::Durable(seqs)) => {
+                    fx.answers
+                        .extend(answers.into_iter().map(|(id, a)| (id, Ok(a))));
                     if !commit.events.is_empty() {
                         self.durable.push((commit, seqs, at_ms));
                     }
@@ -458,6 +485,18 @@ impl HubCore {
                         Some(Stored::Refused(why)) => why,
                         _ => "the store gave no answer for it".to_owned(),
                     };
+                    fx.answers.extend(answers.into_iter().map(|(id, _)| {
+                        (
+                            id,
+                            Err(crate::proto::ApiError {
+                                code: crate::proto::ErrorCode::Internal,
+                                field: None,
+                                allowed: Vec::new(),
+                                message: format!("the store refused this change ({why}); nothing of it is kept: try again"),
+                                current: None,
+                            }),
+                        )
+                    }));
                     let closed = self.isolate(commit.doc, &why, fx);
                     fx.sends.retain(|(c, _)| !closed.contains(c));
                     fx.relays.retain(|(c, _)| !closed.contains(c));
@@ -505,6 +544,12 @@ impl HubCore {
             Input::Disconnected(c) => self.drop_conn(c),
             Input::Frame(c, bytes) => self.frame(now_ms, c, &bytes, fx),
             Input::Tick => {}
+            Input::Call {
+                id,
+                caller,
+                list,
+                call,
+            } => self.call(now_ms, id, caller, &list, call, fx),
         }
     }
 

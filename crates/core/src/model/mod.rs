@@ -152,6 +152,12 @@ impl TodoList {
         }
     }
 
+    /// Makes further changes as `actor` (the hub writes a caller's `todo_write` under
+    /// the caller's own actor, then goes back to its own).
+    pub fn set_actor(&mut self, actor: ActorId) {
+        self.doc.set_actor(actor);
+    }
+
     /// The Automerge document.
     pub fn doc(&self) -> &Automerge {
         &self.doc

@@ -11,9 +11,11 @@ use super::{Sim, HUB_BUSY_MS};
 use crate::net::{Dir, Event};
 use crate::outcome::{Fault, SimError};
 use swarmtodo_core::hub::{
-    Close, Commit, Compaction, ConnId, HubConfig, HubCore, Input, Stored, StoredList,
+    Answer, CallId, Close, Commit, Compaction, ConnId, HubConfig, HubCore, Input, Stored,
+    StoredList,
 };
 use swarmtodo_proto::wire::DocumentId;
+use swarmtodo_proto::ApiError;
 use swarmtodo_proto::EventBody;
 use swarmtodo_store::drive::{self, Io};
 use swarmtodo_store::persist;
@@ -198,6 +200,14 @@ impl Io for Sim<'_> {
         if let Err(e) = self.send(c, Dir::ToAgent, frame, false) {
             self.io_error.get_or_insert(e);
         }
+    }
+
+    /// The simulated agents sync; they make no API calls, so nothing is answered.
+    fn answer(&mut self, id: CallId, _answer: Result<Answer, ApiError>) {
+        tracing::warn!(
+            call = id.0,
+            "an answer to an API call no simulated agent made"
+        );
     }
 
     fn close(&mut self, c: ConnId, close: Close) {

@@ -1,0 +1,459 @@
+//! Calls of the JSON API on one list (create, `todo_read`, `todo_write`, claim), decided
+//! by the core one at a time, as a sync peer's change is: a write runs the model's
+//! `todo_write` on the hub's replica under the caller's own actor, the authority checks
+//! and repairs it, it is committed with the batch and reaches the list's peers like any
+//! change, and its answer is released only once the store made it durable
+//! ([`HubCore::committed`]). Claims are writes the core decides in turn, so two claimers
+//! never get one task.
+//!
+//! A list not in memory is loaded first (the call waits, as frames do); a list nobody
+//! syncs leaves memory again once the call is decided.
+
+use std::sync::Arc;
+
+use automerge::ActorId;
+
+use super::budget::Creator;
+use super::limits::{CALLS_WAITING_MAX, DOCS_MAX};
+use super::{Commit, Effects, HubCore, Identity};
+use crate::authority::Role;
+use crate::model::{TodoList, WriteContext};
+use crate::proto::wire::{list_document_id, DocumentId};
+use crate::proto::{
+    ApiError, ClaimAnswer, ErrorCode, PatchOp, Priority, Snapshot, Status, Task, TaskPatch,
+    Version, WriteAnswer, WriteMode, WriteRequest, WriteResult, LIST_NAME_BYTES_MAX,
+};
+
+/// A call of the JSON API, as the runtime numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CallId(pub u64);
+
+/// Who makes a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The agent the call acts as: its token's, or (a hub without tokens) the one it
+    /// names.
+    pub agent: String,
+    /// The identity of its token, on a hub with tokens.
+    pub identity: Option<Identity>,
+    /// Where it comes from (its list creations are counted under it without a token).
+    pub address: Option<std::net::IpAddr>,
+}
+
+/// What a call asks of a list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// Create the list (the same document a Rust client creates for the name); a list
+    /// that exists is only read.
+    Create,
+    /// The list now, or as it was at a version.
+    Read(Option<Version>),
+    /// `todo_write`.
+    Write(WriteRequest),
+    /// Give the caller the task named, or the first ready one.
+    Claim(Option<String>),
+}
+
+/// What a call got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The list (create, read).
+    Snapshot(Snapshot),
+    /// A durable write.
+    Written(WriteAnswer),
+    /// A durable claim.
+    Claimed(ClaimAnswer),
+}
+
+/// A call waiting for its list to load.
+#[derive(Debug)]
+pub(super) struct WaitingCall {
+    id: CallId,
+    caller: Caller,
+    call: Call,
+}
+
+fn error(code: ErrorCode, field: Option<&str>, message: String) -> ApiError {
+    ApiError {
+        code,
+        field: field.map(str::to_owned),
+        allowed: Vec::new(),
+        message,
+        current: None,
+    }
+}
+
+/// The document of the list called `name`, if the name is one.
+pub fn list_id(name: &str) -> Result<DocumentId, ApiError> {
+    if name.is_empty() || name.len() > LIST_NAME_BYTES_MAX || name.chars().any(char::is_control) {
+        return Err(error(
+            ErrorCode::InvalidValue,
+            Some("list"),
+            format!("a list name is 1 to {LIST_NAME_BYTES_MAX} bytes of text without control characters"),
+        ));
+    }
+    Ok(list_document_id(name))
+}
+
+/// The actor of the changes an agent makes through the API: the same for every call of
+/// the agent on every hub (`"swarmtodo-api\0" + agent`), so that its changes form one
+/// sequence, and never one a replica draws at random (those are 16 bytes).
+pub fn api_actor(agent: &str) -> ActorId {
+    let mut bytes = b"swarmtodo-api\0".to_vec();
+    bytes.extend_from_slice(agent.as_bytes());
+    ActorId::from(bytes)
+}
+
+/// Whether `task` may be claimed now: pending, unowned, and every task it waits for
+/// completed (or gone).
+fn ready(task: &Task, list: &Snapshot) -> bool {
+    task.status == Status::Pending
+        && task.owner.is_none()
+        && task.blocked_by.iter().all(|b| {
+            list.tasks
+                .iter()
+                .find(|t| &t.id == b)
+                .is_none_or(|t| t.status == Status::Completed)
+        })
+}
+
+fn rank(p: Priority) -> u8 {
+    match p {
+        Priority::High => 0,
+        Priority::Medium => 1,
+        Priority::Low => 2,
+    }
+}
+
+/// The task a claim gets: the one named, if it is ready (or already the claimer's and
+/// in progress: a repeated claim), else the first ready one by priority, then order.
+fn pick(list: &Snapshot, agent: &str, named: Option<&str>) -> Result<Task, ApiError> {
+    match named {
+        Some(id) => {
+            let Some(t) = list.tasks.iter().find(|t| t.id == id) else {
+                return Err(error(
+                    ErrorCode::UnknownTask,
+                    Some("task"),
+                    format!("no task {id:?} in this list: read it, or claim without a task to get the first ready one"),
+                ));
+            };
+            if t.owner.as_deref() == Some(agent) && t.status == Status::InProgress {
+                return Ok(t.clone());
+            }
+            if let Some(owner) = t.owner.as_deref().filter(|o| *o != agent) {
+                return Err(error(
+                    ErrorCode::Conflict,
+                    Some("task"),
+                    format!("task {id:?} is held by {owner:?}: claim another, or without a task to get the first ready one"),
+                ));
+            }
+            if t.status != Status::Pending {
+                return Err(error(
+                    ErrorCode::Conflict,
+                    Some("task"),
+                    format!(
+                        "task {id:?} is {}, not pending: only a pending task can be claimed",
+                        t.status.as_str()
+                    ),
+                ));
+            }
+            if !ready(t, list) {
+                return Err(error(
+                    ErrorCode::NothingReady,
+                    Some("task"),
+                    format!("task {id:?} waits for tasks not completed yet ({}): claim it once they are", t.blocked_by.join(", ")),
+                ));
+            }
+            Ok(t.clone())
+        }
+        None => list
+            .tasks
+            .iter()
+            .filter(|t| ready(t, list))
+            .min_by_key(|t| rank(t.priority))
+            .cloned()
+            .ok_or_else(|| {
+                error(
+                    ErrorCode::NothingReady,
+                    None,
+                    "no task is ready (pending, unowned, every dependency completed): wait for an `unblocked` or `tasks_changed` event, then claim again".to_owned(),
+                )
+            }),
+    }
+}
+
+impl HubCore {
+    /// A call: decided now if its list is in memory, after the list loads if it is
+    /// stored, else (create, write) on a new list.
+    pub(super) fn call(
+        &mut self,
+        now_ms: i64,
+        id: CallId,
+        caller: Caller,
+        name: &str,
+        call: Call,
+        fx: &mut Effects,
+    ) {
+        let doc_id = match list_id(name) {
+            Ok(d) => d,
+            Err(e) => return fx.answers.push((id, Err(e))),
+        };
+        let writes = !matches!(call, Call::Read(_));
+        if writes && self.role_of(&caller, &doc_id) == Role::Observer {
+            return fx.answers.push((
+                id,
+                Err(error(
+                    ErrorCode::Forbidden,
+                    None,
+                    format!(
+                        "{:?} is an observer of this list: it reads, and may not write or claim",
+                        caller.agent
+                    ),
+                )),
+            ));
+        }
+        if !self.docs.contains_key(&doc_id) {
+            let loading = self.waiting.contains_key(&doc_id) || self.calls.contains_key(&doc_id);
+            if loading || self.stored.contains(&doc_id) {
+                let waiting = self.calls.entry(doc_id).or_default();
+                if waiting.len() >= CALLS_WAITING_MAX {
+                    return fx.answers.push((
+                        id,
+                        Err(error(
+                            ErrorCode::LimitExceeded,
+                            None,
+                            format!("{CALLS_WAITING_MAX} calls wait for this list to load already: retry in a moment"),
+                        )),
+                    ));
+                }
+                if !loading {
+                    fx.loads.push(doc_id);
+                }
+                waiting.push(WaitingCall { id, caller, call });
+                return;
+            }
+            match call {
+                Call::Read(_) | Call::Claim(_) => {
+                    return fx.answers.push((
+                        id,
+                        Err(error(
+                            ErrorCode::UnknownList,
+                            Some("list"),
+                            format!("no list is called {name:?}: create it (PUT /v1/lists/{{name}}) or write to it"),
+                        )),
+                    ));
+                }
+                Call::Create | Call::Write(_) => {
+                    if let Err(e) = self.create_for_call(now_ms, &caller, doc_id, fx) {
+                        return fx.answers.push((id, Err(e)));
+                    }
+                    if call == Call::Create {
+                        // Answered with the commit that stores it.
+                        if let (Some(c), Some(d)) = (fx.commits.last_mut(), self.docs.get(&doc_id))
+                        {
+                            c.answers.push((id, Answer::Snapshot(d.list.read())));
+                        }
+                        return self.leave_if_unsynced(doc_id);
+                    }
+                }
+            }
+        }
+        self.decide(now_ms, id, &caller, doc_id, call, fx);
+        self.leave_if_unsynced(doc_id);
+    }
+
+    /// The calls that waited for list `doc_id` to load (or for the store to say it has
+    /// nothing for it).
+    pub(super) fn calls_loaded(&mut self, now_ms: i64, doc_id: DocumentId, fx: &mut Effects) {
+        for w in self.calls.remove(&doc_id).unwrap_or_default() {
+            let name_free = !self.docs.contains_key(&doc_id);
+            if name_free && matches!(w.call, Call::Read(_) | Call::Claim(_)) {
+                fx.answers.push((
+                    w.id,
+                    Err(error(
+                        ErrorCode::UnknownList,
+                        Some("list"),
+                        "no such list: create it (PUT /v1/lists/{name}) or write to it".to_owned(),
+                    )),
+                ));
+                continue;
+            }
+            if name_free {
+                if let Err(e) = self.create_for_call(now_ms, &w.caller, doc_id, fx) {
+                    fx.answers.push((w.id, Err(e)));
+                    continue;
+                }
+            }
+            self.decide(now_ms, w.id, &w.caller, doc_id, w.call, fx);
+        }
+    }
+
+    /// The caller's role in list `doc_id`: its token's, else the hub's roles by agent.
+    fn role_of(&self, caller: &Caller, doc_id: &DocumentId) -> Role {
+        match &caller.identity {
+            Some(who) => who.role_in(doc_id),
+            None => self.config.roles.of(Some(&caller.agent)),
+        }
+    }
+
+    /// Makes list `doc_id` (its first change, the same in every list) for a caller,
+    /// within the hub's list bound and the caller's creation budget.
+    fn create_for_call(
+        &mut self,
+        now_ms: i64,
+        caller: &Caller,
+        doc_id: DocumentId,
+        fx: &mut Effects,
+    ) -> Result<(), ApiError> {
+        if self.stored.len() + self.docs.len() >= DOCS_MAX {
+            return Err(error(
+                ErrorCode::LimitExceeded,
+                Some("list"),
+                format!("the hub has {DOCS_MAX} lists already: use an existing list, or ask the hub's operator for room"),
+            ));
+        }
+        let creator = match (&caller.identity, caller.address) {
+            (Some(who), _) => Creator::Agent(who.agent.clone()),
+            (None, Some(a)) => Creator::Address(a),
+            (None, None) => Creator::Unknown,
+        };
+        if !self.take_creation_by(now_ms, creator) {
+            let (burst, per_minute) = self.config.list_creations;
+            return Err(error(
+                ErrorCode::LimitExceeded,
+                Some("list"),
+                format!("too many new lists: {burst} at once, then {per_minute} a minute per token (or address without one); wait, or use lists that exist"),
+            ));
+        }
+        let list = TodoList::create(self.config.actor.clone());
+        let changes = list.changes_since(&[]);
+        self.insert_list(doc_id, list, Vec::new());
+        self.commit(
+            doc_id,
+            Commit {
+                doc: doc_id,
+                notify: Arc::from([]),
+                changes,
+                events: Vec::new(),
+                reported: Vec::new(),
+                answers: Vec::new(),
+            },
+            fx,
+        );
+        Ok(())
+    }
+
+    /// Decides a call on a list in memory.
+    fn decide(
+        &mut self,
+        now_ms: i64,
+        id: CallId,
+        caller: &Caller,
+        doc_id: DocumentId,
+        call: Call,
+        fx: &mut Effects,
+    ) {
+        let Some(doc) = self.docs.get(&doc_id) else {
+            return;
+        };
+        match call {
+            Call::Create | Call::Read(None) => {
+                fx.answers.push((id, Ok(Answer::Snapshot(doc.list.read()))));
+            }
+            Call::Read(Some(v)) => {
+                fx.answers
+                    .push((id, doc.list.read_at(&v).map(Answer::Snapshot)));
+            }
+            Call::Write(req) => {
+                self.write_as(now_ms, id, caller, doc_id, &req, fx, |result, snapshot| {
+                    Answer::Written(WriteAnswer { result, snapshot })
+                });
+            }
+            Call::Claim(named) => {
+                let task = match pick(&doc.list.read(), &caller.agent, named.as_deref()) {
+                    Ok(t) => t,
+                    Err(e) => return fx.answers.push((id, Err(e))),
+                };
+                let req = WriteRequest {
+                    mode: WriteMode::Patch {
+                        ops: vec![PatchOp::Upsert {
+                            task: TaskPatch {
+                                id: Some(task.id.clone()),
+                                owner: Some(Some(caller.agent.clone())),
+                                status: Some(Status::InProgress),
+                                ..TaskPatch::default()
+                            },
+                        }],
+                    },
+                    expected_version: None,
+                    explanation: Some(format!("{} claims {}", caller.agent, task.id)),
+                };
+                let claimed = task.id;
+                self.write_as(now_ms, id, caller, doc_id, &req, fx, move |_, snapshot| {
+                    let task = snapshot.tasks.iter().find(|t| t.id == claimed).cloned();
+                    match task {
+                        Some(task) => Answer::Claimed(ClaimAnswer { task, snapshot }),
+                        None => Answer::Snapshot(snapshot),
+                    }
+                });
+            }
+        }
+    }
+
+    /// `todo_write` on list `doc_id` as the caller (its own actor, its role), checked
+    /// and repaired by the authority, committed, and answered with `answer` of the
+    /// result and the list once durable (at once when the write changed nothing).
+    #[allow(clippy::too_many_arguments)] // One call's parts; a struct would only rename them.
+    fn write_as(
+        &mut self,
+        now_ms: i64,
+        id: CallId,
+        caller: &Caller,
+        doc_id: DocumentId,
+        req: &WriteRequest,
+        fx: &mut Effects,
+        answer: impl FnOnce(WriteResult, Snapshot) -> Answer,
+    ) {
+        let hub_actor = self.config.actor.clone();
+        let Some(doc) = self.docs.get_mut(&doc_id) else {
+            return;
+        };
+        let actor = api_actor(&caller.agent);
+        // The ids of created tasks come from this seed: no two calls share one.
+        let seed = (id.0 << 20) ^ now_ms as u64;
+        let ctx = WriteContext::new(caller.agent.clone(), now_ms, seed);
+        doc.list.set_actor(actor.clone());
+        let written = doc.list.write(req, &ctx);
+        doc.list.set_actor(hub_actor);
+        let (result, merge) = match written {
+            Ok(w) => w,
+            Err(e) => return fx.answers.push((id, Err(e))),
+        };
+        if !result.changed {
+            let snapshot = doc.list.read();
+            return fx.answers.push((id, Ok(answer(result, snapshot))));
+        }
+        if let Some(who) = &caller.identity {
+            doc.authority.bind(&actor, &who.agent, who.role_in(&doc_id));
+            self.actors
+                .entry(actor)
+                .or_insert_with(|| Arc::new(who.clone()));
+        }
+        let mut commit = HubCore::check_and_repair(doc, doc_id, merge, now_ms);
+        commit.answers.push((id, answer(result, doc.list.read())));
+        self.commit(doc_id, commit, fx);
+        self.owed.entry(doc_id).or_default().moved = true;
+    }
+
+    /// A list that no peer syncs leaves memory once its calls are decided (its changes
+    /// are in this batch's commits, performed before any load).
+    fn leave_if_unsynced(&mut self, doc_id: DocumentId) {
+        if self.docs.get(&doc_id).is_some_and(|d| d.peers.is_empty())
+            && !self.calls.contains_key(&doc_id)
+        {
+            self.docs.remove(&doc_id);
+            self.news.remove(&doc_id);
+            self.owed.remove(&doc_id);
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! The JSON API over HTTP/1.1 on the hub's port (docs/DESIGN.md §5): every call goes to
+//! the hub task ([`ToHub::Call`]) and is decided by the core in turn, a write answered
+//! only once durable. Tokens as on the sync path, in `Authorization: Bearer TOKEN`;
+//! without tokens a caller says who it is in `X-Swarmtodo-Agent`.
+//!
+//! - `GET /healthz`
+//! - `PUT /v1/lists/{name}` — create (idempotent); `GET /v1/lists/{name}[?version=V]`
+//! - `POST /v1/lists/{name}/todo_write` — a `todo_write` request
+//! - `POST /v1/lists/{name}/claim` — `{agent?, task?}`
+
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::channel::ToHub;
+use crate::limits::{HANDSHAKE_TIMEOUT, HTTP_BODY_BYTES_MAX, HTTP_HEAD_BYTES_MAX};
+use crate::server::Access;
+use swarmtodo_core::hub::{Answer, Call, Caller};
+use swarmtodo_proto::{
+    parse_write_request, ApiError, ClaimRequest, ErrorCode, Version, AGENT_ID_BYTES_MAX,
+};
+
+/// The header that names the calling agent on a hub without tokens.
+pub const AGENT_HEADER: &str = "x-swarmtodo-agent";
+
+/// What one HTTP connection needs of the server.
+#[derive(Debug)]
+pub(crate) struct Api {
+    pub(crate) to_hub: mpsc::Sender<ToHub>,
+    pub(crate) access: Arc<Access>,
+    pub(crate) address: IpAddr,
+    /// False when the connection is over its address's bound: every call is refused.
+    pub(crate) admitted: bool,
+}
+
+/// Whether a connection's first request is for the JSON API (its path starts with
+/// `/v1/` or is `/healthz`) rather than a WebSocket upgrade, read without consuming it.
+/// `None` when the connection closed or sent nothing recognisable in time.
+pub(crate) async fn is_api(stream: &TcpStream) -> Option<bool> {
+    // "OPTIONS /healthz" is the longest prefix that decides.
+    const DECIDES: usize = 24;
+    let mut buf = [0u8; DECIDES];
+    let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    loop {
+        let n = tokio::time::timeout_at(deadline, stream.peek(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        let head = &buf[..n];
+        if let Some(space) = head.iter().position(|b| *b == b' ') {
+            let target = &head[space + 1..];
+            let api = target.starts_with(b"/v1/") || target.starts_with(b"/healthz");
+            if api || target.len() >= 8 || head.contains(&b'\n') {
+                return Some(api);
+            }
+        } else if n == DECIDES || head.contains(&b'\n') {
+            return Some(false);
+        }
+        // The request line came in pieces: wait for the rest.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+    }
+}
+
+/// Serves HTTP/1.1 on one connection until the peer closes it.
+pub(crate) async fn serve(stream: TcpStream, api: Api) {
+    let api = Arc::new(api);
+    let service = hyper::service::service_fn(move |req| {
+        let api = api.clone();
+        async move { Ok::<_, Infallible>(api.handle(req).await) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT)
+        .max_buf_size(HTTP_HEAD_BYTES_MAX)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "http connection ended");
+    }
+}
+
+fn error(code: ErrorCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
+    ApiError {
+        code,
+        field: field.map(str::to_owned),
+        allowed: Vec::new(),
+        message: message.into(),
+        current: None,
+    }
+}
+
+/// The HTTP status of an error.
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    use ErrorCode::*;
+    match code {
+        InvalidValue | MissingField | DuplicateId | InvalidDependency => StatusCode::BAD_REQUEST,
+        SecondInProgress | StaleVersion | NothingReady | Conflict => StatusCode::CONFLICT,
+        UnknownVersion | UnknownTask | UnknownList | NotFound => StatusCode::NOT_FOUND,
+        LimitExceeded => StatusCode::PAYLOAD_TOO_LARGE,
+        Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        Forbidden => StatusCode::FORBIDDEN,
+        Unauthorized => StatusCode::UNAUTHORIZED,
+        MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+    }
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn refusal(e: &ApiError) -> Response<Full<Bytes>> {
+    let mut r = json(status_of(e.code), serde_json::to_vec(e).unwrap_or_default());
+    if e.code == ErrorCode::MethodNotAllowed {
+        if let Ok(v) = HeaderValue::from_str(&e.allowed.join(", ")) {
+            r.headers_mut().insert(ALLOW, v);
+        }
+    }
+    r
+}
+
+/// Decodes `%XX` escapes of a path segment or query value (`+` stays `+`).
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The value of `key` in a query string, decoded.
+fn query_value(query: Option<&str>, key: &str) -> Result<Option<String>, ApiError> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == key {
+            return percent_decode(v).map(Some).ok_or_else(|| {
+                error(
+                    ErrorCode::InvalidValue,
+                    Some(key),
+                    "not a valid percent-encoded value",
+                )
+            });
+        }
+    }
+    Ok(None)
+}
+
+fn method_not_allowed(allowed: &[&str]) -> ApiError {
+    ApiError {
+        code: ErrorCode::MethodNotAllowed,
+        field: None,
+        allowed: allowed.iter().map(|m| (*m).to_owned()).collect(),
+        message: format!("this path takes {}", allowed.join(" or ")),
+        current: None,
+    }
+}
+
+/// What a path asks, before the method is checked.
+enum Route {
+    Health,
+    List(String),
+    Write(String),
+    Claim(String),
+}
+
+fn route(path: &str) -> Result<Route, ApiError> {
+    if path == "/healthz" {
+        return Ok(Route::Health);
+    }
+    let not_found = || {
+        error(
+            ErrorCode::NotFound,
+            None,
+            format!("no such path {path:?}: the API has /healthz, /v1/lists/{{name}}, /v1/lists/{{name}}/todo_write and /v1/lists/{{name}}/claim"),
+        )
+    };
+    let rest = path.strip_prefix("/v1/lists/").ok_or_else(not_found)?;
+    let mut parts = rest.split('/');
+    let name = parts
+        .next()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(not_found)?;
+    let name = percent_decode(name).ok_or_else(|| {
+        error(
+            ErrorCode::InvalidValue,
+            Some("list"),
+            "the list name is not valid percent-encoded UTF-8",
+        )
+    })?;
+    match (parts.next(), parts.next()) {
+        (None, _) => Ok(Route::List(name)),
+        (Some("todo_write"), None) => Ok(Route::Write(name)),
+        (Some("claim"), None) => Ok(Route::Claim(name)),
+        _ => Err(not_found()),
+    }
+}
+
+fn check_agent(agent: &str, field: &str) -> Result<(), ApiError> {
+    if agent.is_empty() || agent.len() > AGENT_ID_BYTES_MAX || agent.chars().any(char::is_control) {
+        return Err(error(
+            ErrorCode::InvalidValue,
+            Some(field),
+            format!(
+                "an agent id is 1 to {AGENT_ID_BYTES_MAX} bytes of text without control characters"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Api {
+    async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let answered = self.call(req).await;
+        match answered {
+            Ok((status, body)) => {
+                tracing::debug!(%method, path, status = status.as_u16(), "api call");
+                json(status, body)
+            }
+            Err(e) => {
+                tracing::debug!(%method, path, code = ?e.code, "api call refused");
+                refusal(&e)
+            }
+        }
+    }
+
+    async fn call(&self, req: Request<Incoming>) -> Result<(StatusCode, Vec<u8>), ApiError> {
+        if !self.admitted {
+            return Err(error(
+                ErrorCode::LimitExceeded,
+                None,
+                "your address has as many connections open as the hub allows: close one, or retry later",
+            ));
+        }
+        let method = req.method().clone();
+        let route = route(req.uri().path())?;
+        let (list, call) = match (route, &method) {
+            (Route::Health, &Method::GET) => {
+                return Ok((StatusCode::OK, br#"{"status":"ok"}"#.to_vec()));
+            }
+            (Route::Health, _) => return Err(method_not_allowed(&["GET"])),
+            (Route::List(name), &Method::GET) => {
+                let version = query_value(req.uri().query(), "version")?.map(Version);
+                (name, Call::Read(version))
+            }
+            (Route::List(name), &Method::PUT) => (name, Call::Create),
+            (Route::List(_), _) => return Err(method_not_allowed(&["GET", "PUT"])),
+            (Route::Write(name), &Method::POST) => {
+                let caller = self.caller(&req, None)?;
+                let body = body_text(req).await?;
+                let request = parse_write_request(&body)?;
+                return self.ask(caller, name, Call::Write(request)).await;
+            }
+            (Route::Claim(name), &Method::POST) => {
+                let (head, body) = req.into_parts();
+                let req = Request::from_parts(head, ());
+                let body = body_text_of(body).await?;
+                let claim: ClaimRequest = if body.trim().is_empty() {
+                    ClaimRequest::default()
+                } else {
+                    serde_json::from_str(&body).map_err(|e| {
+                        error(
+                            ErrorCode::InvalidValue,
+                            None,
+                            format!("not a claim ({e}): send {{\"agent\": \"…\", \"task\": \"…\"}}, both optional with a token"),
+                        )
+                    })?
+                };
+                let caller = self.caller(&req, claim.agent.as_deref())?;
+                return self.ask(caller, name, Call::Claim(claim.task)).await;
+            }
+            (Route::Write(_) | Route::Claim(_), _) => return Err(method_not_allowed(&["POST"])),
+        };
+        let caller = match call {
+            Call::Read(_) => self.reader(&req)?,
+            _ => self.caller(&req, None)?,
+        };
+        self.ask(caller, list, call).await
+    }
+
+    /// Hands a call to the hub task and waits for its answer.
+    async fn ask(
+        &self,
+        caller: Caller,
+        list: String,
+        call: Call,
+    ) -> Result<(StatusCode, Vec<u8>), ApiError> {
+        let gone = || {
+            error(
+                ErrorCode::Internal,
+                None,
+                "the hub is stopping: retry on its next start",
+            )
+        };
+        let (reply, answer) = oneshot::channel();
+        self.to_hub
+            .send(ToHub::Call {
+                caller,
+                list,
+                call,
+                reply,
+            })
+            .await
+            .map_err(|_| gone())?;
+        let body = match answer.await.map_err(|_| gone())?? {
+            Answer::Snapshot(s) => serde_json::to_vec(&s),
+            Answer::Written(w) => serde_json::to_vec(&w),
+            Answer::Claimed(c) => serde_json::to_vec(&c),
+        };
+        let body = body.map_err(|e| error(ErrorCode::Internal, None, e.to_string()))?;
+        Ok((StatusCode::OK, body))
+    }
+
+    /// Who reads: the token's identity (required on a hub with tokens), else anyone.
+    fn reader<B>(&self, req: &Request<B>) -> Result<Caller, ApiError> {
+        match &*self.access {
+            Access::Open => Ok(Caller {
+                agent: header(req, AGENT_HEADER).unwrap_or_default(),
+                identity: None,
+                address: Some(self.address),
+            }),
+            Access::Tokens(_) => self.caller(req, None),
+        }
+    }
+
+    /// Who writes: the token's identity (an agent `named` must be its own), or on a hub
+    /// without tokens the agent the caller names (`named`, else `X-Swarmtodo-Agent`).
+    fn caller<B>(&self, req: &Request<B>, named: Option<&str>) -> Result<Caller, ApiError> {
+        match &*self.access {
+            Access::Open => {
+                let agent = named
+                    .map(str::to_owned)
+                    .or_else(|| header(req, AGENT_HEADER));
+                let Some(agent) = agent else {
+                    return Err(error(
+                        ErrorCode::MissingField,
+                        Some("agent"),
+                        format!("say which agent you are: the {AGENT_HEADER} header (or `agent` in a claim)"),
+                    ));
+                };
+                check_agent(&agent, "agent")?;
+                Ok(Caller {
+                    agent,
+                    identity: None,
+                    address: Some(self.address),
+                })
+            }
+            Access::Tokens(tokens) => {
+                let token = header(req, AUTHORIZATION.as_str())
+                    .and_then(|h| h.strip_prefix("Bearer ").map(str::to_owned))
+                    .ok_or_else(|| {
+                        error(
+                            ErrorCode::Unauthorized,
+                            None,
+                            "this hub needs a token: send `Authorization: Bearer YOUR_TOKEN`",
+                        )
+                    })?;
+                let who = tokens.get(&token).ok_or_else(|| {
+                    error(
+                        ErrorCode::Unauthorized,
+                        None,
+                        "unknown token: ask the hub's operator for yours",
+                    )
+                })?;
+                if let Some(named) = named.filter(|n| *n != who.agent) {
+                    return Err(error(
+                        ErrorCode::Forbidden,
+                        Some("agent"),
+                        format!(
+                            "your token is {:?}'s: you may not act as {named:?}",
+                            who.agent
+                        ),
+                    ));
+                }
+                Ok(Caller {
+                    agent: who.agent.clone(),
+                    identity: Some(who.clone()),
+                    address: Some(self.address),
+                })
+            }
+        }
+    }
+}
+
+fn header<B>(req: &Request<B>, name: &str) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+async fn body_text(req: Request<Incoming>) -> Result<String, ApiError> {
+    body_text_of(req.into_body()).await
+}
+
+/// A request body as text, at most [`HTTP_BODY_BYTES_MAX`] bytes.
+async fn body_text_of(body: Incoming) -> Result<String, ApiError> {
+    let bytes = Limited::new(body, HTTP_BODY_BYTES_MAX)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                error(
+                    ErrorCode::LimitExceeded,
+                    None,
+                    format!("the body is over {HTTP_BODY_BYTES_MAX} bytes: split the write"),
+                )
+            } else {
+                error(
+                    ErrorCode::InvalidValue,
+                    None,
+                    format!("the body could not be read: {e}"),
+                )
+            }
+        })?
+        .to_bytes();
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| error(ErrorCode::InvalidValue, None, "the body is not UTF-8 JSON"))
+}

@@ -1,0 +1,434 @@
+//! The JSON API over HTTP against a real `swarmtodo serve` process, spoken as a foreign
+//! program would (plain HTTP/1.1 over a socket): create, read, `todo_write` with
+//! compare-and-set and stale bases, claims decided one at a time, tokens, and every bad
+//! input with its status and stable code.
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::common::*;
+use swarmtodo::client::{list_document_id, Connection};
+use swarmtodo::model::TodoList;
+
+/// One HTTP/1.1 request on a fresh connection; the status and the body as JSON.
+async fn http(
+    hub: &HubProc,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Value) {
+    let addr = hub.url.trim_start_matches("ws://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    let json = if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body:?}"))
+    };
+    (status, json)
+}
+
+const AS_LEAD: &[(&str, &str)] = &[("X-Swarmtodo-Agent", "lead")];
+
+fn patch_body(tasks: Value) -> String {
+    let ops: Vec<Value> = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| json!({"op": "upsert", "task": t}))
+        .collect();
+    json!({"mode": "patch", "ops": ops}).to_string()
+}
+
+fn ids(snapshot: &Value) -> Vec<String> {
+    snapshot["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_list_is_created_read_and_written_over_http_and_sync_peers_share_it() {
+    let dir = scratch("http-basic");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let (s, health) = http(&hub, "GET", "/healthz", &[], "").await;
+    assert_eq!((s, health["status"].as_str()), (200, Some("ok")));
+
+    let (s, created) = http(&hub, "PUT", "/v1/lists/sprint%201", AS_LEAD, "").await;
+    assert_eq!(s, 200, "{created}");
+    assert_eq!(created["tasks"], json!([]));
+    // Idempotent.
+    let (s, again) = http(&hub, "PUT", "/v1/lists/sprint%201", AS_LEAD, "").await;
+    assert_eq!((s, &again["version"]), (200, &created["version"]));
+
+    let body = patch_body(
+        json!([{"id": "t1", "content": "Write the parser"}, {"id": "t2", "content": "Test it"}]),
+    );
+    let (s, written) = http(
+        &hub,
+        "POST",
+        "/v1/lists/sprint%201/todo_write",
+        AS_LEAD,
+        &body,
+    )
+    .await;
+    assert_eq!(s, 200, "{written}");
+    assert_eq!(written["result"]["created"], json!(["t1", "t2"]));
+    assert_eq!(ids(&written["snapshot"]), ["t1", "t2"]);
+    let v1 = written["snapshot"]["version"].as_str().unwrap().to_owned();
+
+    let (s, read) = http(&hub, "GET", "/v1/lists/sprint%201", &[], "").await;
+    assert_eq!(
+        (s, ids(&read)),
+        (200, vec!["t1".to_owned(), "t2".to_owned()])
+    );
+    assert_eq!(read["version"].as_str(), Some(v1.as_str()));
+
+    // A Rust sync client gets the same document for the name, with the write in it.
+    let mut replica = TodoList::create(actor(9));
+    let mut conn = Connection::connect(&hub.url, "reader").await.unwrap();
+    conn.sync(list_document_id("sprint 1"), &mut replica)
+        .await
+        .unwrap();
+    let synced: Vec<String> = replica.read().tasks.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(synced, ["t1", "t2"]);
+
+    // The list as it was at v1, after another write.
+    let body = patch_body(json!([{"id": "t3", "content": "Ship it"}]));
+    let (s, _) = http(
+        &hub,
+        "POST",
+        "/v1/lists/sprint%201/todo_write",
+        AS_LEAD,
+        &body,
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, old) = http(
+        &hub,
+        "GET",
+        &format!("/v1/lists/sprint%201?version={v1}"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(
+        (s, ids(&old)),
+        (200, vec!["t1".to_owned(), "t2".to_owned()])
+    );
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn compare_and_set_refuses_a_moved_list_and_a_stale_replace_keeps_what_others_added() {
+    let dir = scratch("http-cas");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let body = patch_body(json!([{"id": "a", "content": "First"}]));
+    let (_, w) = http(&hub, "POST", "/v1/lists/cas/todo_write", AS_LEAD, &body).await;
+    let base = w["snapshot"]["version"].as_str().unwrap().to_owned();
+    // Another agent adds a task.
+    let body = patch_body(json!([{"id": "b", "content": "Added by wendy"}]));
+    let (s, _) = http(
+        &hub,
+        "POST",
+        "/v1/lists/cas/todo_write",
+        &[("X-Swarmtodo-Agent", "wendy")],
+        &body,
+    )
+    .await;
+    assert_eq!(s, 200);
+
+    // expected_version on the moved list: refused, nothing changes, the current list attached.
+    let body = json!({"mode": "patch", "ops": [{"op": "upsert", "task": {"id": "c", "content": "Late"}}], "expected_version": base}).to_string();
+    let (s, e) = http(&hub, "POST", "/v1/lists/cas/todo_write", AS_LEAD, &body).await;
+    assert_eq!((s, e["code"].as_str()), (409, Some("stale_version")), "{e}");
+    assert_eq!(ids(&e["current"]), ["a", "b"]);
+
+    // A replace from the stale base diffs against it: wendy's task stays.
+    let body = json!({"mode": "replace", "base_version": base, "tasks": [{"id": "a", "content": "First, renamed", "status": "pending"}]}).to_string();
+    let (s, w) = http(&hub, "POST", "/v1/lists/cas/todo_write", AS_LEAD, &body).await;
+    assert_eq!(s, 200, "{w}");
+    assert_eq!(ids(&w["snapshot"]), ["a", "b"]);
+    assert_eq!(w["snapshot"]["tasks"][0]["content"], "First, renamed");
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn fifty_concurrent_claimers_of_twenty_ready_tasks_never_share_one() {
+    let dir = scratch("http-claims");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let mut tasks: Vec<Value> = (0..20)
+        .map(|i| json!({"id": format!("t{i:02}"), "content": format!("Task {i}")}))
+        .collect();
+    // One more task that waits for another: not ready, never claimed.
+    tasks.push(json!({"id": "later", "content": "After t00", "blocked_by": ["t00"]}));
+    let (s, _) = http(
+        &hub,
+        "POST",
+        "/v1/lists/claims/todo_write",
+        AS_LEAD,
+        &patch_body(Value::Array(tasks)),
+    )
+    .await;
+    assert_eq!(s, 200);
+
+    let hub = std::sync::Arc::new(hub);
+    let claimers: Vec<_> = (0..50)
+        .map(|i| {
+            let hub = hub.clone();
+            tokio::spawn(async move {
+                let body = json!({"agent": format!("agent-{i}")}).to_string();
+                http(&hub, "POST", "/v1/lists/claims/claim", &[], &body).await
+            })
+        })
+        .collect();
+    let mut got = Vec::new();
+    let mut nothing = 0;
+    for c in claimers {
+        let (s, answer) = c.await.unwrap();
+        match s {
+            200 => {
+                assert_eq!(answer["task"]["status"], "in_progress");
+                got.push((
+                    answer["task"]["id"].as_str().unwrap().to_owned(),
+                    answer["task"]["owner"].as_str().unwrap().to_owned(),
+                ));
+            }
+            409 => {
+                assert_eq!(answer["code"], "nothing_ready", "{answer}");
+                nothing += 1;
+            }
+            other => panic!("claim answered {other}: {answer}"),
+        }
+    }
+    assert_eq!((got.len(), nothing), (20, 30));
+    let mut claimed: Vec<&String> = got.iter().map(|(t, _)| t).collect();
+    claimed.sort();
+    claimed.dedup();
+    assert_eq!(claimed.len(), 20, "a task was claimed twice: {got:?}");
+    assert!(!claimed.iter().any(|t| *t == "later"));
+    // The list agrees: each task one owner, the one its claim named.
+    let (_, list) = http(&hub, "GET", "/v1/lists/claims", &[], "").await;
+    for (task, owner) in &got {
+        let t = list["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == task.as_str())
+            .unwrap();
+        assert_eq!(t["owner"].as_str(), Some(owner.as_str()));
+    }
+
+    // Naming a task someone holds is a conflict; the holder claiming it again gets it.
+    let (task, owner) = &got[0];
+    let body = json!({"agent": "late-comer", "task": task}).to_string();
+    let (s, e) = http(&hub, "POST", "/v1/lists/claims/claim", &[], &body).await;
+    assert_eq!((s, e["code"].as_str()), (409, Some("conflict")), "{e}");
+    let body = json!({"agent": owner, "task": task}).to_string();
+    let (s, again) = http(&hub, "POST", "/v1/lists/claims/claim", &[], &body).await;
+    assert_eq!(
+        (s, again["task"]["id"].as_str()),
+        (200, Some(task.as_str()))
+    );
+    // A task whose dependency is not completed is not ready.
+    let body = json!({"agent": "late-comer", "task": "later"}).to_string();
+    let (s, e) = http(&hub, "POST", "/v1/lists/claims/claim", &[], &body).await;
+    assert_eq!((s, e["code"].as_str()), (409, Some("nothing_ready")), "{e}");
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn tokens_and_roles_hold_on_every_path() {
+    let (hub, dir) = hub_with_config("http-tokens", TOKENS_CONFIG);
+    let lead = format!("Bearer {LEAD_TOKEN}");
+    let worker = format!("Bearer {WORKER_TOKEN}");
+    let observer = format!("Bearer {OBSERVER_TOKEN}");
+    let body = patch_body(json!([{"id": "t1", "content": "Plan"}]));
+    let (s, e) = http(&hub, "POST", "/v1/lists/team/todo_write", &[], &body).await;
+    assert_eq!((s, e["code"].as_str()), (401, Some("unauthorized")));
+    let (s, e) = http(
+        &hub,
+        "GET",
+        "/v1/lists/team",
+        &[("Authorization", "Bearer nope")],
+        "",
+    )
+    .await;
+    assert_eq!((s, e["code"].as_str()), (401, Some("unauthorized")));
+    let (s, _) = http(
+        &hub,
+        "POST",
+        "/v1/lists/team/todo_write",
+        &[("Authorization", &lead)],
+        &body,
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, e) = http(
+        &hub,
+        "POST",
+        "/v1/lists/team/todo_write",
+        &[("Authorization", &observer)],
+        &body,
+    )
+    .await;
+    assert_eq!((s, e["code"].as_str()), (403, Some("forbidden")));
+    let (s, read) = http(
+        &hub,
+        "GET",
+        "/v1/lists/team",
+        &[("Authorization", &observer)],
+        "",
+    )
+    .await;
+    assert_eq!((s, ids(&read)), (200, vec!["t1".to_owned()]));
+    // A worker claims for itself only.
+    let (s, e) = http(
+        &hub,
+        "POST",
+        "/v1/lists/team/claim",
+        &[("Authorization", &worker)],
+        r#"{"agent": "lead"}"#,
+    )
+    .await;
+    assert_eq!((s, e["code"].as_str()), (403, Some("forbidden")));
+    let (s, c) = http(
+        &hub,
+        "POST",
+        "/v1/lists/team/claim",
+        &[("Authorization", &worker)],
+        "",
+    )
+    .await;
+    assert_eq!(
+        (s, c["task"]["owner"].as_str()),
+        (200, Some("wendy")),
+        "{c}"
+    );
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn bad_input_gets_its_status_and_code_and_changes_nothing() {
+    let dir = scratch("http-bad");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let (_, w) = http(
+        &hub,
+        "POST",
+        "/v1/lists/bad/todo_write",
+        AS_LEAD,
+        &patch_body(json!([{"id": "t1", "content": "Keep"}])),
+    )
+    .await;
+    let version = w["snapshot"]["version"].clone();
+    let cases: Vec<(&str, &str, String, u16, &str)> = vec![
+        (
+            "POST",
+            "/v1/lists/bad/todo_write",
+            r#"{"mode": "patch", "ops": [], "colour": 1}"#.into(),
+            400,
+            "invalid_value",
+        ),
+        (
+            "POST",
+            "/v1/lists/bad/todo_write",
+            r#"{"mode": "patch", "ops": ["#.into(),
+            400,
+            "invalid_value",
+        ),
+        (
+            "POST",
+            "/v1/lists/bad/todo_write",
+            patch_body(json!([{"id": "t1", "status": "done"}])),
+            400,
+            "invalid_value",
+        ),
+        (
+            "POST",
+            "/v1/lists/bad/todo_write",
+            "x".repeat(9 * 1024 * 1024),
+            413,
+            "limit_exceeded",
+        ),
+        (
+            "GET",
+            "/v1/lists/nowhere",
+            String::new(),
+            404,
+            "unknown_list",
+        ),
+        (
+            "DELETE",
+            "/v1/lists/bad",
+            String::new(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "GET",
+            "/v1/lists/bad/todo_write",
+            String::new(),
+            405,
+            "method_not_allowed",
+        ),
+        ("GET", "/v1/nothing", String::new(), 404, "not_found"),
+        (
+            "GET",
+            "/v1/lists/bad?version=zzz",
+            String::new(),
+            400,
+            "invalid_value",
+        ),
+    ];
+    for (method, path, body, status, code) in cases {
+        let (s, e) = http(&hub, method, path, AS_LEAD, &body).await;
+        assert_eq!(
+            (s, e["code"].as_str()),
+            (status, Some(code)),
+            "{method} {path}: {e}"
+        );
+        assert!(!e["message"].as_str().unwrap_or("").is_empty(), "{e}");
+    }
+    // Without an agent, a write is refused on a hub without tokens.
+    let (s, e) = http(
+        &hub,
+        "POST",
+        "/v1/lists/bad/todo_write",
+        &[],
+        &patch_body(json!([{"id": "t2", "content": "x"}])),
+    )
+    .await;
+    assert_eq!(
+        (s, e["code"].as_str(), e["field"].as_str()),
+        (400, Some("missing_field"), Some("agent"))
+    );
+    let (_, after) = http(&hub, "GET", "/v1/lists/bad", &[], "").await;
+    assert_eq!(after["version"], version, "a refused call changed the list");
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
