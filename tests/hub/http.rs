@@ -47,6 +47,9 @@ async fn http(
     (status, json)
 }
 
+/// How long a stream may take to bring what a test waits for.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 const AS_LEAD: &[(&str, &str)] = &[("X-Swarmtodo-Agent", "lead")];
 
 fn patch_body(tasks: Value) -> String {
@@ -429,6 +432,108 @@ async fn bad_input_gets_its_status_and_code_and_changes_nothing() {
     );
     let (_, after) = http(&hub, "GET", "/v1/lists/bad", &[], "").await;
     assert_eq!(after["version"], version, "a refused call changed the list");
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Reads an event stream until `until` says stop (given the seqs so far), or for at most
+/// `WAIT`; the seqs of the events received, in order, and the kinds of the first
+/// messages (the snapshot's among them).
+async fn follow(
+    hub: &HubProc,
+    path: &str,
+    last_event_id: Option<u64>,
+    until: impl Fn(&[u64]) -> bool,
+) -> (Vec<u64>, Vec<String>) {
+    let addr = hub.url.trim_start_matches("ws://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
+    if let Some(id) = last_event_id {
+        req.push_str(&format!("Last-Event-ID: {id}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut pending = String::new();
+    let mut seqs = Vec::new();
+    let mut kinds = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !until(&seqs) {
+        let n = tokio::time::timeout_at(deadline, s.read(&mut buf))
+            .await
+            .expect("events arrive in time")
+            .unwrap();
+        assert!(n > 0, "the stream ended; received {seqs:?}");
+        pending.push_str(&String::from_utf8_lossy(&buf[..n]));
+        while let Some(end) = pending.find('\n') {
+            let line: String = pending.drain(..=end).collect();
+            if let Some(id) = line.strip_prefix("id: ") {
+                seqs.push(id.trim().parse().unwrap());
+            } else if let Some(kind) = line.strip_prefix("event: ") {
+                kinds.push(kind.trim().to_owned());
+            }
+        }
+    }
+    (seqs, kinds)
+}
+
+#[tokio::test]
+async fn an_event_stream_resumed_with_last_event_id_has_every_event_once() {
+    let dir = scratch("http-sse");
+    let hub = std::sync::Arc::new(HubProc::start(&dir.join("hub.db")));
+    let (s, _) = http(&hub, "PUT", "/v1/lists/stream", AS_LEAD, "").await;
+    assert_eq!(s, 200);
+    const WRITES: usize = 30;
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let hub = hub.clone();
+            tokio::spawn(async move {
+                for i in 0..WRITES {
+                    let body = patch_body(json!([{"id": format!("w{w}-{i}"), "content": format!("Step {i} of writer {w}")}]));
+                    let agent = format!("writer-{w}");
+                    let (s, e) = http(&hub, "POST", "/v1/lists/stream/todo_write", &[("X-Swarmtodo-Agent", &agent)], &body).await;
+                    assert_eq!(s, 200, "{e}");
+                }
+            })
+        })
+        .collect();
+    // A reader takes a few events, leaves mid-stream, and comes back from its last one,
+    // again and again, while the writers write.
+    let mut seen: Vec<u64> = Vec::new();
+    let mut first_kinds = Vec::new();
+    for round in 0..4 {
+        let last = seen.last().copied();
+        let (seqs, kinds) = follow(&hub, "/v1/lists/stream/events", last, |s| s.len() >= 5).await;
+        if round == 0 {
+            first_kinds = kinds;
+        }
+        seen.extend(seqs);
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    // Everything the writers caused: 3 × WRITES writes, one tasks_changed each at least.
+    let total = 3 * WRITES as u64;
+    let last = seen.last().copied();
+    let (rest, _) = follow(&hub, "/v1/lists/stream/events", last, |s| {
+        s.last().is_some_and(|l| *l >= total)
+    })
+    .await;
+    seen.extend(rest);
+    assert_eq!(first_kinds.first().map(String::as_str), Some("snapshot"));
+    let expected: Vec<u64> = (1..=*seen.last().unwrap()).collect();
+    assert_eq!(
+        seen, expected,
+        "every event once, in seq order, across reconnects"
+    );
+    // `?from=` resumes too.
+    let (from_query, _) = follow(&hub, "/v1/lists/stream/events?from=7", None, |s| {
+        !s.is_empty()
+    })
+    .await;
+    assert_eq!(from_query[0], 8);
+    let (s, e) = http(&hub, "GET", "/v1/lists/nowhere/events", &[], "").await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("unknown_list")));
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }

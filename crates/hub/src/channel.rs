@@ -40,6 +40,13 @@ pub(crate) enum ToHub {
         /// Where the answer goes.
         reply: oneshot::Sender<Result<Answer, ApiError>>,
     },
+    /// A reader follows list `list`'s events from now on.
+    Subscribe {
+        /// The list.
+        list: DocumentId,
+        /// Where its receiver goes.
+        reply: oneshot::Sender<tokio::sync::broadcast::Receiver<crate::stream::Live>>,
+    },
     /// Stop: everything queued before this is handled (and committed) first; then every
     /// peer is closed with 1001.
     Shutdown,

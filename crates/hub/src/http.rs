@@ -7,6 +7,8 @@
 //! - `PUT /v1/lists/{name}` — create (idempotent); `GET /v1/lists/{name}[?version=V]`
 //! - `POST /v1/lists/{name}/todo_write` — a `todo_write` request
 //! - `POST /v1/lists/{name}/claim` — `{agent?, task?}`
+//! - `GET /v1/lists/{name}/events?from=SEQ` — Server-Sent Events (`Last-Event-ID`
+//!   resumes), see `stream.rs`
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -38,7 +40,12 @@ pub(crate) struct Api {
     pub(crate) address: IpAddr,
     /// False when the connection is over its address's bound: every call is refused.
     pub(crate) admitted: bool,
+    /// The store, whose history an event stream reads.
+    pub(crate) store: swarmtodo_store::Store,
 }
+
+/// A response body: JSON, or an event stream.
+type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
 /// Whether a connection's first request is for the JSON API (its path starts with
 /// `/v1/` or is `/healthz`) rather than a WebSocket upgrade, read without consuming it.
@@ -117,15 +124,15 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
     }
 }
 
-fn json(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).boxed_unsync());
     *r.status_mut() = status;
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
-fn refusal(e: &ApiError) -> Response<Full<Bytes>> {
+fn refusal(e: &ApiError) -> Response<Body> {
     let mut r = json(status_of(e.code), serde_json::to_vec(e).unwrap_or_default());
     if e.code == ErrorCode::MethodNotAllowed {
         if let Ok(v) = HeaderValue::from_str(&e.allowed.join(", ")) {
@@ -189,6 +196,7 @@ enum Route {
     List(String),
     Write(String),
     Claim(String),
+    Events(String),
 }
 
 fn route(path: &str) -> Result<Route, ApiError> {
@@ -219,6 +227,7 @@ fn route(path: &str) -> Result<Route, ApiError> {
         (None, _) => Ok(Route::List(name)),
         (Some("todo_write"), None) => Ok(Route::Write(name)),
         (Some("claim"), None) => Ok(Route::Claim(name)),
+        (Some("events"), None) => Ok(Route::Events(name)),
         _ => Err(not_found()),
     }
 }
@@ -237,14 +246,22 @@ fn check_agent(agent: &str, field: &str) -> Result<(), ApiError> {
 }
 
 impl Api {
-    async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
-        let answered = self.call(req).await;
+        let answered = match route(&path) {
+            Ok(Route::Events(name)) if method == Method::GET && self.admitted => {
+                self.events(&req, name).await
+            }
+            _ => self
+                .call(req)
+                .await
+                .map(|(status, body)| json(status, body)),
+        };
         match answered {
-            Ok((status, body)) => {
-                tracing::debug!(%method, path, status = status.as_u16(), "api call");
-                json(status, body)
+            Ok(response) => {
+                tracing::debug!(%method, path, status = response.status().as_u16(), "api call");
+                response
             }
             Err(e) => {
                 tracing::debug!(%method, path, code = ?e.code, "api call refused");
@@ -299,12 +316,80 @@ impl Api {
                 return self.ask(caller, name, Call::Claim(claim.task)).await;
             }
             (Route::Write(_) | Route::Claim(_), _) => return Err(method_not_allowed(&["POST"])),
+            (Route::Events(_), _) => return Err(method_not_allowed(&["GET"])),
         };
         let caller = match call {
             Call::Read(_) => self.reader(&req)?,
             _ => self.caller(&req, None)?,
         };
         self.ask(caller, list, call).await
+    }
+
+    /// An event stream: subscribed to the list's live events first, then its snapshot
+    /// read, then the store's events from where the reader resumes (`Last-Event-ID`,
+    /// else `?from=`, else the beginning).
+    async fn events(
+        &self,
+        req: &Request<Incoming>,
+        name: String,
+    ) -> Result<Response<Body>, ApiError> {
+        let caller = self.reader(req)?;
+        let doc = swarmtodo_core::hub::list_id(&name)?;
+        let from = match header(req, "last-event-id") {
+            Some(id) => Some(id),
+            None => query_value(req.uri().query(), "from")?,
+        };
+        let from: u64 = match from {
+            None => 0,
+            Some(s) => s.trim().parse().map_err(|_| {
+                error(
+                    ErrorCode::InvalidValue,
+                    Some("from"),
+                    format!(
+                        "{s:?} is not an event seq: use the `id` of the last event you received"
+                    ),
+                )
+            })?,
+        };
+        let gone = || {
+            error(
+                ErrorCode::Internal,
+                None,
+                "the hub is stopping: retry on its next start",
+            )
+        };
+        let (reply, live) = oneshot::channel();
+        self.to_hub
+            .send(ToHub::Subscribe { list: doc, reply })
+            .await
+            .map_err(|_| gone())?;
+        let live = live.await.map_err(|_| gone())?;
+        let (reply, answer) = oneshot::channel();
+        self.to_hub
+            .send(ToHub::Call {
+                caller,
+                list: name,
+                call: Call::Read(None),
+                reply,
+            })
+            .await
+            .map_err(|_| gone())?;
+        let Answer::Snapshot(snapshot) = answer.await.map_err(|_| gone())?? else {
+            return Err(error(
+                ErrorCode::Internal,
+                None,
+                "a read answered with a write",
+            ));
+        };
+        let body = crate::stream::sse(self.store.clone(), doc, from, snapshot, live);
+        let mut r = Response::new(body.boxed_unsync());
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        r.headers_mut().insert(
+            hyper::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache"),
+        );
+        Ok(r)
     }
 
     /// Hands a call to the hub task and waits for its answer.

@@ -11,6 +11,7 @@ use automerge::ActorId;
 
 use crate::channel::{Outbox, ToHub};
 use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPPED};
+use crate::stream::Streams;
 use swarmtodo_core::hub::{
     Answer, CallId, Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored, StoredList,
 };
@@ -54,6 +55,7 @@ pub(crate) async fn hub_task(
         outboxes: BTreeMap::new(),
         loaded_to,
         calls: BTreeMap::new(),
+        streams: Streams::default(),
     };
     let mut next_call = 0u64;
     // A message taken from the queue while gathering a batch, handled next.
@@ -123,6 +125,10 @@ pub(crate) async fn hub_task(
                     list,
                     call,
                 }
+            }
+            ToHub::Subscribe { list, reply } => {
+                let _ = reply.send(out.streams.subscribe(list));
+                continue;
             }
             ToHub::Shutdown => break,
         };
@@ -221,6 +227,8 @@ struct Relay {
     loaded_to: mpsc::WeakSender<ToHub>,
     /// Where the answers to API calls go.
     calls: BTreeMap<CallId, oneshot::Sender<Result<Answer, ApiError>>>,
+    /// The event streams' readers, told of each durable commit's events.
+    streams: Streams,
 }
 
 /// Performs `fx` with the one driver (`swarmtodo_store::drive::perform`).
@@ -240,13 +248,15 @@ impl Io for Relay {
         let results =
             swarmtodo_store::persist::commit_all(&self.store, &mut self.known, commits, at_ms)
                 .await?;
-        Ok(results
+        let stored: Vec<Stored> = results
             .into_iter()
             .map(|r| match r {
                 Ok(seqs) => Stored::Durable(seqs),
                 Err(e) => Stored::Refused(e.to_string()),
             })
-            .collect())
+            .collect();
+        self.streams.publish(commits, &stored, at_ms);
+        Ok(stored)
     }
 
     async fn compact(&mut self, c: Compaction) {

@@ -16,6 +16,7 @@ mod hub_task;
 pub mod limits;
 pub mod memory;
 pub mod server;
+mod stream;
 
 use std::collections::BTreeSet;
 use std::future::Future;

@@ -43,6 +43,11 @@ pub const WRITE_BUFFER_BYTES: usize = 4 * 1024;
 /// A peer far behind gets what it lacks over several sync messages, each with at most
 /// `SYNC_CHANGES_BYTES_MAX` of changes (see ARCHITECTURE.md), well under this.
 pub const WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Events a list's live stream holds for its slowest reader; one further behind reads
+/// them from the store instead.
+pub const STREAM_BUFFERED_MAX: usize = 1_024;
+/// Events one read of the store brings to an event stream (and frames its body queues).
+pub const STREAM_PAGE_MAX: usize = 256;
 /// Largest body of an HTTP API request (a `todo_write` of a whole list of long tasks
 /// goes as several patches).
 pub const HTTP_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;

@@ -93,6 +93,8 @@ pub async fn run(
     let per_address: Counts<std::net::IpAddr> = Counts::default();
     let per_token: Counts<String> = Counts::default();
     let (to_hub, hub_rx) = mpsc::channel::<ToHub>(HUB_QUEUE_MAX);
+    // The event streams read the store's history themselves.
+    let events_store = store.clone();
     let mut hub = tokio::spawn(hub_task(core, store, known, hub_rx, to_hub.downgrade()));
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut next_conn = 0u64;
@@ -136,6 +138,7 @@ pub async fn run(
                     limits: limits.clone(),
                     per_token: per_token.clone(),
                 };
+                let store = events_store.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
                     match crate::http::is_api(&stream).await {
@@ -145,6 +148,7 @@ pub async fn run(
                                 access: conn.access,
                                 address: conn.address,
                                 admitted: from.is_some(),
+                                store,
                             };
                             let _counted = from;
                             crate::http::serve(stream, api).await;
