@@ -1,5 +1,7 @@
 //! The `swarmtodo` command.
 
+mod cli;
+
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -10,7 +12,11 @@ use swarmtodo::model::{TodoList, WriteContext};
 use swarmtodo::proto::{PatchOp, Status, TaskPatch, WriteMode, WriteRequest};
 
 #[derive(Debug, Parser)]
-#[command(version, about = "Shared, live, typed todo state for agent swarms")]
+#[command(
+    version,
+    about = "Shared, live, typed todo state for agent swarms",
+    after_help = "Exit codes of read, write, claim and events: 0 done; 1 the hub refused (its code and message on stderr); 3 the hub could not be reached or the input could not be read; 2 a usage error."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -39,6 +45,8 @@ enum Command {
     /// Run a simulation scenario deterministically over one seed or a range of seeds
     /// (the real hub core, authority and SQLite store on a simulated network).
     Sim(SimArgs),
+    #[command(flatten)]
+    Api(cli::ApiCommand),
     /// Write the JSON Schemas of the wire types into a folder.
     Schema {
         /// Target folder.
@@ -56,6 +64,7 @@ fn main() -> Result<()> {
             config,
         } => serve(listen, data, config),
         Command::Sim(args) => sim(args),
+        Command::Api(cmd) => std::process::exit(cli::run(cmd)),
         Command::Schema { out } => {
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             for (name, schema) in swarmtodo::proto::schemas() {

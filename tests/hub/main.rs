@@ -8,6 +8,7 @@ mod common;
 
 mod auth;
 mod bad_input;
+mod cli;
 mod e2e;
 mod hostile_peers;
 mod http;

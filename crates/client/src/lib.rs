@@ -52,6 +52,7 @@ use swarmtodo_core::model::{Merge, ModelError, TodoList};
 pub use swarmtodo_proto::wire::list_document_id;
 use swarmtodo_proto::wire::{self, DocumentId, PeerId, WireMessage};
 
+pub mod http;
 pub mod limits;
 pub mod session;
 

@@ -25,3 +25,10 @@ pub const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Write notifications queued for the sync task (more are coalesced: one sync sends
 /// every pending change).
 pub(crate) const NUDGES_MAX: usize = 1;
+
+/// How long one call of the JSON API ([`crate::http::Api`]) may take, connecting
+/// included (a write is answered once durable, well within it).
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest answer of the JSON API the client reads (a snapshot of a full list of long
+/// tasks fits).
+pub const HTTP_ANSWER_BYTES_MAX: usize = 64 * 1024 * 1024;

@@ -1,0 +1,290 @@
+//! The commands that reach a hub's JSON API (`read`, `write`, `claim`, `events`), for
+//! people and shell-driven agents. Hub, token and agent come from flags or
+//! `SWARMTODO_HUB`, `SWARMTODO_TOKEN`, `SWARMTODO_AGENT`.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use swarmtodo::client::http::{Api, HttpError, StreamItem};
+use swarmtodo::proto::{Snapshot, Status};
+
+/// Exit codes of the API commands.
+pub(crate) const EXIT_OK: i32 = 0;
+/// The hub refused the call (its code and message on stderr; with `--json`, the error
+/// as JSON on stdout).
+pub(crate) const EXIT_REFUSED: i32 = 1;
+/// The hub could not be reached, or the input could not be read.
+pub(crate) const EXIT_UNREACHABLE: i32 = 3;
+
+/// What every API command takes.
+#[derive(Debug, clap::Args)]
+pub(crate) struct HubArgs {
+    /// The hub (`http://HOST:PORT`; its `ws://` URL works too).
+    #[arg(long, env = "SWARMTODO_HUB", default_value = "http://127.0.0.1:7700")]
+    hub: String,
+    /// The token, on a hub with tokens.
+    #[arg(long, env = "SWARMTODO_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The agent to act as, on a hub without tokens.
+    #[arg(long, env = "SWARMTODO_AGENT")]
+    agent: Option<String>,
+    /// Print JSON (what a program reads) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The API commands.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum ApiCommand {
+    /// Print a list: a checklist, or its snapshot as JSON.
+    Read {
+        /// The list.
+        list: String,
+        /// The list as it was at this version.
+        #[arg(long)]
+        version: Option<String>,
+        #[command(flatten)]
+        hub: HubArgs,
+    },
+    /// Write to a list (`todo_write`), answered once durable: a whole request on stdin
+    /// (`-`), the tasks of a replace (`--replace FILE`: a JSON array) or the ops of a
+    /// patch (`--patch FILE`: a JSON array).
+    Write {
+        /// The list (created by the first write).
+        list: String,
+        /// A JSON array of tasks: the list becomes these.
+        #[arg(long, conflicts_with_all = ["patch", "stdin"])]
+        replace: Option<PathBuf>,
+        /// A JSON array of patch ops.
+        #[arg(long, conflicts_with = "stdin")]
+        patch: Option<PathBuf>,
+        /// `-`: read a whole `todo_write` request from stdin.
+        #[arg(value_name = "-", value_parser = clap::builder::PossibleValuesParser::new(["-"]))]
+        stdin: Option<String>,
+        /// Refuse the write unless the list is at this version (compare-and-set).
+        #[arg(long)]
+        expected_version: Option<String>,
+        /// For a replace: the version the tasks were read at (tasks others added since
+        /// stay).
+        #[arg(long)]
+        base_version: Option<String>,
+        /// Why (recorded with the change).
+        #[arg(long)]
+        explanation: Option<String>,
+        #[command(flatten)]
+        hub: HubArgs,
+    },
+    /// Claim a task: the one named, or the first ready one; it becomes yours and
+    /// in progress.
+    Claim {
+        /// The list.
+        list: String,
+        /// The task.
+        task: Option<String>,
+        #[command(flatten)]
+        hub: HubArgs,
+    },
+    /// Print a list's events as JSON lines (the snapshot first), from a seq.
+    Events {
+        /// The list.
+        list: String,
+        /// Print the events after this seq (0: all).
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Keep following new events; without it, stop at the last one stored.
+        #[arg(long)]
+        follow: bool,
+        #[command(flatten)]
+        hub: HubArgs,
+    },
+}
+
+/// Runs an API command; its exit code.
+pub(crate) fn run(cmd: ApiCommand) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("swarmtodo: {e}");
+            return EXIT_UNREACHABLE;
+        }
+    };
+    let json = match &cmd {
+        ApiCommand::Read { hub, .. }
+        | ApiCommand::Write { hub, .. }
+        | ApiCommand::Claim { hub, .. }
+        | ApiCommand::Events { hub, .. } => hub.json,
+    };
+    match runtime.block_on(call(cmd)) {
+        Ok(()) => EXIT_OK,
+        Err(HttpError::Api(e)) => {
+            if json {
+                println!("{}", serde_json::to_string(&e).unwrap_or_default());
+            }
+            eprintln!(
+                "swarmtodo: {} — {}",
+                serde_json::to_value(e.code)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                e.message
+            );
+            EXIT_REFUSED
+        }
+        Err(HttpError::Transport(e)) => {
+            eprintln!("swarmtodo: {e}");
+            EXIT_UNREACHABLE
+        }
+    }
+}
+
+fn api(hub: &HubArgs) -> Result<Api, HttpError> {
+    let mut api = Api::new(&hub.hub)?;
+    if let Some(t) = &hub.token {
+        api = api.token(t);
+    }
+    if let Some(a) = &hub.agent {
+        api = api.agent(a);
+    }
+    Ok(api)
+}
+
+fn print_json<T: serde::Serialize>(value: &T) {
+    println!("{}", serde_json::to_string(value).unwrap_or_default());
+}
+
+/// A list as a checklist: `[x]` completed, `[>]` in progress (with its active form and
+/// owner), `[ ]` pending, `[-]` cancelled, `[!]` blocked.
+pub(crate) fn checklist(s: &Snapshot) -> String {
+    let mut out = String::new();
+    for t in &s.tasks {
+        let mark = match t.status {
+            Status::Completed => "[x]",
+            Status::InProgress => "[>]",
+            Status::Pending => "[ ]",
+            Status::Cancelled => "[-]",
+            Status::Blocked => "[!]",
+        };
+        let text = match (&t.status, &t.active_form) {
+            (Status::InProgress, Some(active)) => active.as_str(),
+            _ => t.content.as_str(),
+        };
+        out.push_str(&format!("{mark} {text}  ({})", t.id));
+        if let Some(owner) = &t.owner {
+            out.push_str(&format!(" @{owner}"));
+        }
+        if !t.blocked_by.is_empty() {
+            out.push_str(&format!(" after {}", t.blocked_by.join(", ")));
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!("version {}\n", s.version));
+    out
+}
+
+fn read_file(path: &PathBuf) -> Result<serde_json::Value, HttpError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| HttpError::Transport(format!("reading {}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| HttpError::Transport(format!("{} is not JSON: {e}", path.display())))
+}
+
+async fn call(cmd: ApiCommand) -> Result<(), HttpError> {
+    match cmd {
+        ApiCommand::Read { list, version, hub } => {
+            let s = api(&hub)?.read(&list, version.as_deref()).await?;
+            if hub.json {
+                print_json(&s);
+            } else {
+                print!("{}", checklist(&s));
+            }
+        }
+        ApiCommand::Write {
+            list,
+            replace,
+            patch,
+            stdin,
+            expected_version,
+            base_version,
+            explanation,
+            hub,
+        } => {
+            let mut request = match (replace, patch, stdin) {
+                (Some(file), _, _) => {
+                    serde_json::json!({"mode": "replace", "tasks": read_file(&file)?})
+                }
+                (_, Some(file), _) => {
+                    serde_json::json!({"mode": "patch", "ops": read_file(&file)?})
+                }
+                (_, _, Some(_)) => {
+                    let mut text = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut text)
+                        .map_err(|e| HttpError::Transport(format!("reading stdin: {e}")))?;
+                    serde_json::from_str(&text)
+                        .map_err(|e| HttpError::Transport(format!("stdin is not JSON: {e}")))?
+                }
+                _ => return Err(HttpError::Transport(
+                    "say what to write: --replace FILE, --patch FILE, or - (a request on stdin)"
+                        .into(),
+                )),
+            };
+            if let Some(obj) = request.as_object_mut() {
+                for (key, value) in [
+                    ("expected_version", expected_version),
+                    ("base_version", base_version),
+                    ("explanation", explanation),
+                ] {
+                    if let Some(v) = value {
+                        obj.insert(key.into(), v.into());
+                    }
+                }
+            }
+            let answer = api(&hub)?.write(&list, &request.to_string()).await?;
+            if hub.json {
+                print_json(&answer);
+            } else {
+                let r = &answer.result;
+                println!(
+                    "{} created, {} updated, {} removed",
+                    r.created.len(),
+                    r.updated.len(),
+                    r.removed.len()
+                );
+                print!("{}", checklist(&answer.snapshot));
+            }
+        }
+        ApiCommand::Claim { list, task, hub } => {
+            let answer = api(&hub)?.claim(&list, task.as_deref()).await?;
+            if hub.json {
+                print_json(&answer);
+            } else {
+                println!("claimed {}: {}", answer.task.id, answer.task.content);
+            }
+        }
+        ApiCommand::Events {
+            list,
+            from,
+            follow,
+            hub,
+        } => {
+            // Without --follow, the stream is read until it goes quiet for this long.
+            const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
+            let mut out = std::io::stdout().lock();
+            api(&hub)?
+                .events(&list, from, (!follow).then_some(QUIET), |item| {
+                    let line = match &item {
+                        StreamItem::Snapshot(s) => {
+                            serde_json::json!({"kind": "snapshot", "snapshot": s})
+                        }
+                        StreamItem::Event(e) => serde_json::to_value(e).unwrap_or_default(),
+                    };
+                    writeln!(out, "{line}").is_ok()
+                })
+                .await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,121 @@
+//! The API commands of the `swarmtodo` binary against a real hub, as a shell script
+//! would run them: `write`, `read`, `claim`, `events`, their exit codes and output.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+/// Runs `swarmtodo ARGS` against `hub` as agent `agent`, with `stdin`.
+fn cli(hub: &HubProc, agent: &str, args: &[&str], stdin: &str) -> Output {
+    let mut child = dies_with_parent(&mut Command::new(env!("CARGO_BIN_EXE_swarmtodo")))
+        .args(args)
+        .env("SWARMTODO_HUB", &hub.url)
+        .env("SWARMTODO_AGENT", agent)
+        .env_remove("SWARMTODO_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn a_shell_script_writes_reads_claims_and_follows_a_list() {
+    let dir = scratch("cli");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let ops = dir.join("ops.json");
+    std::fs::write(
+        &ops,
+        json!([
+            {"op": "upsert", "task": {"id": "t1", "content": "Read the issue", "priority": "low"}},
+            {"op": "upsert", "task": {"id": "t2", "content": "Write the fix", "active_form": "Writing the fix", "priority": "high"}},
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let o = cli(
+        &hub,
+        "lead",
+        &["write", "board", "--patch", ops.to_str().unwrap(), "--json"],
+        "",
+    );
+    assert!(o.status.success(), "{o:?}");
+    let answer: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(answer["result"]["created"], json!(["t1", "t2"]));
+
+    // A whole request on stdin.
+    let request = json!({"mode": "patch", "ops": [{"op": "upsert", "task": {"id": "t3", "content": "Ship", "blocked_by": ["t2"]}}]});
+    let o = cli(&hub, "lead", &["write", "board", "-"], &request.to_string());
+    assert!(o.status.success(), "{o:?}");
+
+    // The first ready task by priority is t2.
+    let o = cli(&hub, "worker-1", &["claim", "board", "--json"], "");
+    assert!(o.status.success(), "{o:?}");
+    let claimed: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        (
+            claimed["task"]["id"].as_str(),
+            claimed["task"]["owner"].as_str()
+        ),
+        (Some("t2"), Some("worker-1"))
+    );
+
+    let o = cli(&hub, "anyone", &["read", "board"], "");
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    assert!(
+        text.contains("[>] Writing the fix  (t2) @worker-1"),
+        "{text}"
+    );
+    assert!(text.contains("[ ] Read the issue  (t1)"), "{text}");
+    assert!(text.contains("[ ] Ship  (t3) after t2"), "{text}");
+
+    // Refused: t2 is held. Exit 1, the stable code on stderr.
+    let o = cli(&hub, "worker-2", &["claim", "board", "t2"], "");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("conflict"),
+        "{o:?}"
+    );
+
+    // Events as JSON lines: the snapshot, then seq 1, 2, 3 … without a gap.
+    let o = cli(&hub, "anyone", &["events", "board"], "");
+    assert!(o.status.success(), "{o:?}");
+    let lines: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["kind"], "snapshot");
+    let seqs: Vec<u64> = lines[1..]
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.len() >= 3, "{seqs:?}");
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let o = cli(&hub, "anyone", &["events", "board", "--from", "2"], "");
+    let first: Value = serde_json::from_str(stdout(&o).lines().nth(1).unwrap()).unwrap();
+    assert_eq!(first["seq"], 3);
+    drop(hub);
+
+    // No hub: exit 3.
+    let o = Command::new(env!("CARGO_BIN_EXE_swarmtodo"))
+        .args(["read", "board", "--hub", "http://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
