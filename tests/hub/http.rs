@@ -10,14 +10,14 @@ use crate::common::*;
 use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::model::TodoList;
 
-/// One HTTP/1.1 request on a fresh connection; the status and the body as JSON.
-async fn http(
+/// One HTTP/1.1 request on a fresh connection; the status and the body.
+async fn http_text(
     hub: &HubProc,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &str,
-) -> (u16, Value) {
+) -> (u16, String) {
     let addr = hub.url.trim_start_matches("ws://");
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut req = format!(
@@ -39,10 +39,22 @@ async fn http(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status in {head:?}"));
+    (status, body.to_owned())
+}
+
+/// One HTTP/1.1 request on a fresh connection; the status and the body as JSON.
+async fn http(
+    hub: &HubProc,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Value) {
+    let (status, body) = http_text(hub, method, path, headers, body).await;
     let json = if body.is_empty() {
         Value::Null
     } else {
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body:?}"))
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {body:?}"))
     };
     (status, json)
 }
@@ -260,6 +272,23 @@ async fn fifty_concurrent_claimers_of_twenty_ready_tasks_never_share_one() {
     let body = json!({"agent": "late-comer", "task": "later"}).to_string();
     let (s, e) = http(&hub, "POST", "/v1/lists/claims/claim", &[], &body).await;
     assert_eq!((s, e["code"].as_str()), (409, Some("nothing_ready")), "{e}");
+    // The metrics counted them: 20 claims granted (and one repeated), 32 refused.
+    let (s, metrics) = http_text(&hub, "GET", "/metrics", &[], "").await;
+    assert_eq!(s, 200);
+    for line in [
+        "swarmtodo_calls_total{kind=\"claim\",outcome=\"ok\"} 21",
+        "swarmtodo_calls_total{kind=\"claim\",outcome=\"refused\"} 32",
+        "swarmtodo_lists_stored 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in\n{metrics}"
+        );
+    }
+    assert!(
+        metrics.contains("swarmtodo_api_write_seconds_count 54"),
+        "{metrics}"
+    );
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -3,7 +3,7 @@
 //! only once durable. Tokens as on the sync path, in `Authorization: Bearer TOKEN`;
 //! without tokens a caller says who it is in `X-Swarmtodo-Agent`.
 //!
-//! - `GET /healthz`
+//! - `GET /healthz`; `GET /metrics` (Prometheus text)
 //! - `PUT /v1/lists/{name}` — create (idempotent); `GET /v1/lists/{name}[?version=V]`
 //! - `POST /v1/lists/{name}/todo_write` — a `todo_write` request
 //! - `POST /v1/lists/{name}/claim` — `{agent?, task?}`
@@ -42,13 +42,15 @@ pub(crate) struct Api {
     pub(crate) admitted: bool,
     /// The store, whose history an event stream reads.
     pub(crate) store: swarmtodo_store::Store,
+    /// What `/metrics` shows.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// A response body: JSON, or an event stream.
 type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
 /// Whether a connection's first request is for the JSON API (its path starts with
-/// `/v1/` or is `/healthz`) rather than a WebSocket upgrade, read without consuming it.
+/// `/v1/`, or is `/healthz` or `/metrics`) rather than a WebSocket upgrade, read without consuming it.
 /// `None` when the connection closed or sent nothing recognisable in time.
 pub(crate) async fn is_api(stream: &TcpStream) -> Option<bool> {
     // "OPTIONS /healthz" is the longest prefix that decides.
@@ -66,7 +68,9 @@ pub(crate) async fn is_api(stream: &TcpStream) -> Option<bool> {
         let head = &buf[..n];
         if let Some(space) = head.iter().position(|b| *b == b' ') {
             let target = &head[space + 1..];
-            let api = target.starts_with(b"/v1/") || target.starts_with(b"/healthz");
+            let api = target.starts_with(b"/v1/")
+                || target.starts_with(b"/healthz")
+                || target.starts_with(b"/metrics");
             if api || target.len() >= 8 || head.contains(&b'\n') {
                 return Some(api);
             }
@@ -193,6 +197,7 @@ fn method_not_allowed(allowed: &[&str]) -> ApiError {
 /// What a path asks, before the method is checked.
 enum Route {
     Health,
+    Metrics,
     List(String),
     Write(String),
     Claim(String),
@@ -203,11 +208,14 @@ fn route(path: &str) -> Result<Route, ApiError> {
     if path == "/healthz" {
         return Ok(Route::Health);
     }
+    if path == "/metrics" {
+        return Ok(Route::Metrics);
+    }
     let not_found = || {
         error(
             ErrorCode::NotFound,
             None,
-            format!("no such path {path:?}: the API has /healthz, /v1/lists/{{name}}, /v1/lists/{{name}}/todo_write and /v1/lists/{{name}}/claim"),
+            format!("no such path {path:?}: the API has /healthz, /metrics, /v1/lists/{{name}}, and under it /todo_write, /claim and /events"),
         )
     };
     let rest = path.strip_prefix("/v1/lists/").ok_or_else(not_found)?;
@@ -253,6 +261,15 @@ impl Api {
             Ok(Route::Events(name)) if method == Method::GET && self.admitted => {
                 self.events(&req, name).await
             }
+            Ok(Route::Metrics) if method == Method::GET => {
+                let mut r =
+                    Response::new(Full::new(Bytes::from(self.metrics.render())).boxed_unsync());
+                r.headers_mut().insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                Ok(r)
+            }
             _ => self
                 .call(req)
                 .await
@@ -284,7 +301,7 @@ impl Api {
             (Route::Health, &Method::GET) => {
                 return Ok((StatusCode::OK, br#"{"status":"ok"}"#.to_vec()));
             }
-            (Route::Health, _) => return Err(method_not_allowed(&["GET"])),
+            (Route::Health | Route::Metrics, _) => return Err(method_not_allowed(&["GET"])),
             (Route::List(name), &Method::GET) => {
                 let version = query_value(req.uri().query(), "version")?.map(Version);
                 (name, Call::Read(version))

@@ -4,6 +4,8 @@
 //! Idle, it flushes what a busy moment deferred (`Input::Tick`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -11,9 +13,11 @@ use automerge::ActorId;
 
 use crate::channel::{Outbox, ToHub};
 use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPPED};
+use crate::metrics::{Kind, Metrics, Outcome};
 use crate::stream::Streams;
 use swarmtodo_core::hub::{
-    Answer, CallId, Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored, StoredList,
+    Answer, Call, CallId, Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored,
+    StoredList,
 };
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::ApiError;
@@ -48,8 +52,10 @@ pub(crate) async fn hub_task(
     known: BTreeSet<DocumentId>,
     mut rx: mpsc::Receiver<ToHub>,
     loaded_to: mpsc::WeakSender<ToHub>,
+    metrics: Arc<Metrics>,
 ) -> Result<(), ServeError> {
     let mut out = Relay {
+        metrics: metrics.clone(),
         store,
         known,
         outboxes: BTreeMap::new(),
@@ -118,7 +124,14 @@ pub(crate) async fn hub_task(
             } => {
                 next_call += 1;
                 let id = CallId(next_call);
-                out.calls.insert(id, reply);
+                let kind = match &call {
+                    Call::Read(_) => Kind::Read,
+                    Call::Create => Kind::Create,
+                    Call::Write(_) => Kind::Write,
+                    Call::Claim(_) => Kind::Claim,
+                };
+                out.calls
+                    .insert(id, (reply, kind, std::time::Instant::now()));
                 Input::Call {
                     id,
                     caller,
@@ -166,6 +179,18 @@ pub(crate) async fn hub_task(
             || fx.commits.iter().map(|c| c.changes.len()).sum::<usize>() >= TRIM_AFTER_CHANGES;
         let performed = perform(&mut core, &mut out, fx).await;
         dropped += held.saturating_sub(core.doc_count());
+        metrics
+            .connections
+            .store(core.conn_count() as u64, Ordering::Relaxed);
+        metrics
+            .lists_loaded
+            .store(core.doc_count() as u64, Ordering::Relaxed);
+        metrics
+            .lists_stored
+            .store(core.stored_count() as u64, Ordering::Relaxed);
+        if commits > 0 {
+            metrics.batch.observe(started.elapsed());
+        }
         if bulk || dropped >= TRIM_AFTER_LISTS_DROPPED {
             dropped = 0;
             give_back_freed_memory();
@@ -217,6 +242,13 @@ fn give_back_freed_memory() {
     }
 }
 
+/// An API call waiting for its answer: where it goes, what was asked, and when.
+type Asked = (
+    oneshot::Sender<Result<Answer, ApiError>>,
+    Kind,
+    std::time::Instant,
+);
+
 /// What the hub task performs the core's effects with (the driver's [`Io`]): the
 /// store, the lists it holds, and the connections' outboxes.
 struct Relay {
@@ -225,8 +257,10 @@ struct Relay {
     outboxes: BTreeMap<ConnId, Outbox>,
     /// Where a list loaded for the core is sent ([`ToHub::Loaded`]).
     loaded_to: mpsc::WeakSender<ToHub>,
-    /// Where the answers to API calls go.
-    calls: BTreeMap<CallId, oneshot::Sender<Result<Answer, ApiError>>>,
+    /// Where the answers to API calls go, what each asked and when.
+    calls: BTreeMap<CallId, Asked>,
+    /// What the hub counts.
+    metrics: Arc<Metrics>,
     /// The event streams' readers, told of each durable commit's events.
     streams: Streams,
 }
@@ -256,6 +290,13 @@ impl Io for Relay {
             })
             .collect();
         self.streams.publish(commits, &stored, at_ms);
+        self.metrics.committed(
+            commits
+                .iter()
+                .zip(&stored)
+                .filter(|(_, s)| matches!(s, Stored::Durable(_)))
+                .map(|(c, _)| c),
+        );
         Ok(stored)
     }
 
@@ -327,7 +368,13 @@ impl Io for Relay {
     }
 
     fn answer(&mut self, id: CallId, answer: Result<Answer, ApiError>) {
-        if let Some(reply) = self.calls.remove(&id) {
+        if let Some((reply, kind, asked)) = self.calls.remove(&id) {
+            let outcome = if answer.is_ok() {
+                Outcome::Ok
+            } else {
+                Outcome::Refused
+            };
+            self.metrics.call(kind, outcome, asked.elapsed());
             // The caller may have gone away: its write is durable all the same.
             let _ = reply.send(answer);
         }

@@ -15,6 +15,7 @@ pub mod http;
 mod hub_task;
 pub mod limits;
 pub mod memory;
+mod metrics;
 pub mod server;
 mod stream;
 

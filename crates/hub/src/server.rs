@@ -95,7 +95,15 @@ pub async fn run(
     let (to_hub, hub_rx) = mpsc::channel::<ToHub>(HUB_QUEUE_MAX);
     // The event streams read the store's history themselves.
     let events_store = store.clone();
-    let mut hub = tokio::spawn(hub_task(core, store, known, hub_rx, to_hub.downgrade()));
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    let mut hub = tokio::spawn(hub_task(
+        core,
+        store,
+        known,
+        hub_rx,
+        to_hub.downgrade(),
+        metrics.clone(),
+    ));
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut next_conn = 0u64;
     tokio::pin!(shutdown);
@@ -139,6 +147,7 @@ pub async fn run(
                     per_token: per_token.clone(),
                 };
                 let store = events_store.clone();
+                let metrics = metrics.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
                     match crate::http::is_api(&stream).await {
@@ -149,6 +158,7 @@ pub async fn run(
                                 address: conn.address,
                                 admitted: from.is_some(),
                                 store,
+                                metrics,
                             };
                             let _counted = from;
                             crate::http::serve(stream, api).await;
