@@ -564,6 +564,14 @@ pub enum EventBody {
         /// What it did.
         notes: Vec<String>,
     },
+    /// A pending task's last open dependency was completed (or removed): it is ready to
+    /// claim.
+    Unblocked {
+        /// The task now ready.
+        task: String,
+        /// The dependency whose completion made it so.
+        by: String,
+    },
 }
 
 /// An event with its place in the list's stream. (Not `deny_unknown_fields`: serde

@@ -566,3 +566,56 @@ async fn an_event_stream_resumed_with_last_event_id_has_every_event_once() {
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn completing_the_last_dependency_unblocks_a_task_with_an_event_and_it_can_be_claimed() {
+    let dir = scratch("http-unblocked");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let tasks = json!([
+        {"id": "a", "content": "First"},
+        {"id": "b", "content": "Second"},
+        {"id": "c", "content": "After both", "blocked_by": ["a", "b"]},
+    ]);
+    let (s, _) = http(
+        &hub,
+        "POST",
+        "/v1/lists/deps/todo_write",
+        AS_LEAD,
+        &patch_body(tasks),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let done = |id: &str| {
+        json!({"mode": "patch", "ops": [{"op": "upsert", "task": {"id": id, "status": "completed"}}]}).to_string()
+    };
+    // One dependency completed: not yet.
+    let (s, _) = http(
+        &hub,
+        "POST",
+        "/v1/lists/deps/todo_write",
+        AS_LEAD,
+        &done("a"),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let claim = json!({"agent": "w", "task": "c"}).to_string();
+    let (s, e) = http(&hub, "POST", "/v1/lists/deps/claim", &[], &claim).await;
+    assert_eq!((s, e["code"].as_str()), (409, Some("nothing_ready")));
+    // The last one: `unblocked`, and the claim succeeds.
+    let (s, _) = http(
+        &hub,
+        "POST",
+        "/v1/lists/deps/todo_write",
+        AS_LEAD,
+        &done("b"),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (_, kinds) = follow(&hub, "/v1/lists/deps/events", None, |s| s.len() >= 4).await;
+    let unblocked: Vec<&String> = kinds.iter().filter(|k| *k == "unblocked").collect();
+    assert_eq!(unblocked.len(), 1, "{kinds:?}");
+    let (s, c) = http(&hub, "POST", "/v1/lists/deps/claim", &[], &claim).await;
+    assert_eq!((s, c["task"]["id"].as_str()), (200, Some("c")), "{c}");
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -16,8 +17,8 @@ use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPP
 use crate::metrics::{Kind, Metrics, Outcome};
 use crate::stream::Streams;
 use swarmtodo_core::hub::{
-    Answer, Call, CallId, Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored,
-    StoredList,
+    Answer, Call, CallId, Caller, Close, Commit, Compaction, ConnId, Effects, HubCore, Input,
+    Stored, StoredList,
 };
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::ApiError;
@@ -82,9 +83,20 @@ pub(crate) async fn hub_task(
         }
         let msg = match stashed.take() {
             Some(m) => m,
-            None => match rx.recv().await {
-                Some(m) => m,
-                None => break,
+            // A list kept for API calls is due to leave memory: wake up for it.
+            None => match core.next_wake_ms() {
+                Some(at) => {
+                    let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
+                    match tokio::time::timeout(Duration::from_millis(wait), rx.recv()).await {
+                        Ok(Some(m)) => m,
+                        Ok(None) => break,
+                        Err(_) => ToHub::Input(Input::Tick),
+                    }
+                }
+                None => match rx.recv().await {
+                    Some(m) => m,
+                    None => break,
+                },
             },
         };
         let input = match msg {
@@ -121,24 +133,7 @@ pub(crate) async fn hub_task(
                 list,
                 call,
                 reply,
-            } => {
-                next_call += 1;
-                let id = CallId(next_call);
-                let kind = match &call {
-                    Call::Read(_) => Kind::Read,
-                    Call::Create => Kind::Create,
-                    Call::Write(_) => Kind::Write,
-                    Call::Claim(_) => Kind::Claim,
-                };
-                out.calls
-                    .insert(id, (reply, kind, std::time::Instant::now()));
-                Input::Call {
-                    id,
-                    caller,
-                    list,
-                    call,
-                }
-            }
+            } => out.call(&mut next_call, caller, list, call, reply),
             ToHub::Subscribe { list, reply } => {
                 let _ = reply.send(out.streams.subscribe(list));
                 continue;
@@ -151,13 +146,20 @@ pub(crate) async fn hub_task(
         let started = std::time::Instant::now();
         let held = core.doc_count();
         let fx = match input {
-            // Frames already waiting are handled together: one answer per list and peer
-            // for all of them (under load, one fan-out per batch, not per write).
-            Input::Frame(..) => {
+            // Frames and API calls already waiting are handled together: one answer per
+            // list and peer for all of them, one transaction for their commits (under
+            // load, one fan-out and one write to disk per batch, not per write).
+            Input::Frame(..) | Input::Call { .. } => {
                 let mut batch = vec![input];
                 while batch.len() < BATCH_FRAMES_MAX {
                     match rx.try_recv() {
                         Ok(ToHub::Input(frame @ Input::Frame(..))) => batch.push(frame),
+                        Ok(ToHub::Call {
+                            caller,
+                            list,
+                            call,
+                            reply,
+                        }) => batch.push(out.call(&mut next_call, caller, list, call, reply)),
                         Ok(other) => {
                             stashed = Some(other);
                             break;
@@ -263,6 +265,35 @@ struct Relay {
     metrics: Arc<Metrics>,
     /// The event streams' readers, told of each durable commit's events.
     streams: Streams,
+}
+
+impl Relay {
+    /// Numbers an API call, keeps where its answer goes, and makes it the core's input.
+    fn call(
+        &mut self,
+        next: &mut u64,
+        caller: Caller,
+        list: String,
+        call: Call,
+        reply: oneshot::Sender<Result<Answer, ApiError>>,
+    ) -> Input {
+        *next += 1;
+        let id = CallId(*next);
+        let kind = match &call {
+            Call::Read(_) => Kind::Read,
+            Call::Create => Kind::Create,
+            Call::Write(_) => Kind::Write,
+            Call::Claim(_) => Kind::Claim,
+        };
+        self.calls
+            .insert(id, (reply, kind, std::time::Instant::now()));
+        Input::Call {
+            id,
+            caller,
+            list,
+            call,
+        }
+    }
 }
 
 /// Performs `fx` with the one driver (`swarmtodo_store::drive::perform`).

@@ -29,8 +29,8 @@ pub const RELAY_OUTBOX_FRAMES_MAX: usize = OUTBOX_FRAMES_MAX / 4;
 pub const HUB_QUEUE_MAX: usize = 4_096;
 /// Largest WebSocket frame accepted.
 pub const FRAME_BYTES_MAX: usize = 1024 * 1024;
-/// Most frames the hub merges before it answers (frames already queued when it turns
-/// to the queue; it never waits for more).
+/// Most frames and API calls the hub handles before it answers (those already queued
+/// when it turns to the queue; it never waits for more).
 pub const BATCH_FRAMES_MAX: usize = 256;
 /// Frames a connection's writer takes from its outbox for one write to the socket.
 pub const WRITE_COALESCE_FRAMES_MAX: usize = 64;

@@ -106,7 +106,7 @@ impl Metrics {
                     EventBody::Repaired { .. } => {
                         self.repairs.fetch_add(1, Ordering::Relaxed);
                     }
-                    EventBody::TasksChanged { .. } => {}
+                    EventBody::TasksChanged { .. } | EventBody::Unblocked { .. } => {}
                 }
             }
         }

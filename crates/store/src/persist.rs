@@ -28,6 +28,7 @@ fn kind(body: &swarmtodo_proto::EventBody) -> &'static str {
     use swarmtodo_proto::EventBody::*;
     match body {
         TasksChanged { .. } => "tasks_changed",
+        Unblocked { .. } => "unblocked",
         Violation(_) => "violation",
         Conflict(_) => "conflict",
         Repaired { .. } => "repaired",

@@ -7,14 +7,15 @@
 //! never get one task.
 //!
 //! A list not in memory is loaded first (the call waits, as frames do); a list nobody
-//! syncs leaves memory again once the call is decided.
+//! syncs stays in memory for the next calls until it has been idle for
+//! [`CALLED_LIST_IDLE_MS`].
 
 use std::sync::Arc;
 
 use automerge::ActorId;
 
 use super::budget::Creator;
-use super::limits::{CALLS_WAITING_MAX, DOCS_MAX};
+use super::limits::{CALLED_LISTS_KEPT_MAX, CALLED_LIST_IDLE_MS, CALLS_WAITING_MAX, DOCS_MAX};
 use super::{Commit, Effects, HubCore, Identity};
 use crate::authority::Role;
 use crate::model::{TodoList, WriteContext};
@@ -253,13 +254,13 @@ impl HubCore {
                         {
                             c.answers.push((id, Answer::Snapshot(d.list.read())));
                         }
-                        return self.leave_if_unsynced(doc_id);
+                        return self.keep_called(now_ms, doc_id);
                     }
                 }
             }
         }
         self.decide(now_ms, id, &caller, doc_id, call, fx);
-        self.leave_if_unsynced(doc_id);
+        self.keep_called(now_ms, doc_id);
     }
 
     /// The calls that waited for list `doc_id` to load (or for the store to say it has
@@ -285,6 +286,7 @@ impl HubCore {
                 }
             }
             self.decide(now_ms, w.id, &w.caller, doc_id, w.call, fx);
+            self.keep_called(now_ms, doc_id);
         }
     }
 
@@ -445,15 +447,54 @@ impl HubCore {
         self.owed.entry(doc_id).or_default().moved = true;
     }
 
-    /// A list that no peer syncs leaves memory once its calls are decided (its changes
-    /// are in this batch's commits, performed before any load).
-    fn leave_if_unsynced(&mut self, doc_id: DocumentId) {
-        if self.docs.get(&doc_id).is_some_and(|d| d.peers.is_empty())
-            && !self.calls.contains_key(&doc_id)
-        {
-            self.docs.remove(&doc_id);
-            self.news.remove(&doc_id);
-            self.owed.remove(&doc_id);
+    /// A list that no peer syncs stays in memory for the next calls, at most
+    /// [`CALLED_LIST_IDLE_MS`] after the last, and at most [`CALLED_LISTS_KEPT_MAX`]
+    /// such lists (the oldest leaves first); [`HubCore::sweep_called`] lets them go.
+    fn keep_called(&mut self, now_ms: i64, doc_id: DocumentId) {
+        if self.docs.get(&doc_id).is_some_and(|d| d.peers.is_empty()) {
+            self.called.insert(doc_id, now_ms);
         }
+        if self.called.len() > CALLED_LISTS_KEPT_MAX {
+            if let Some((&oldest, _)) = self.called.iter().min_by_key(|(_, at)| **at) {
+                self.called.insert(oldest, i64::MIN);
+            }
+            self.sweep_called(now_ms);
+        }
+    }
+
+    /// Lets the lists kept for calls go once idle long enough (their changes are in the
+    /// store, or in commits handed out and performed before any load); a list a peer
+    /// syncs now stays while it does.
+    pub(super) fn sweep_called(&mut self, now_ms: i64) {
+        if self.called.is_empty() {
+            return;
+        }
+        let docs = &mut self.docs;
+        let (news, owed, waiting) = (&mut self.news, &mut self.owed, &self.calls);
+        self.called.retain(|doc_id, at| {
+            let Some(d) = docs.get(doc_id) else {
+                return false;
+            };
+            if !d.peers.is_empty() {
+                return false;
+            }
+            if now_ms - *at < CALLED_LIST_IDLE_MS || waiting.contains_key(doc_id) {
+                return true;
+            }
+            docs.remove(doc_id);
+            news.remove(doc_id);
+            owed.remove(doc_id);
+            tracing::debug!(doc = %doc_id, "list out of memory: no call for a while and no peer");
+            false
+        });
+    }
+
+    /// When a list kept for calls is due to leave memory (the runtime sends
+    /// [`Input::Tick`](super::Input::Tick) then, if nothing came before).
+    pub fn next_wake_ms(&self) -> Option<i64> {
+        self.called
+            .values()
+            .min()
+            .map(|at| at.saturating_add(CALLED_LIST_IDLE_MS))
     }
 }

@@ -2,6 +2,11 @@
 
 /// API calls that may wait for one list to load; more are refused (retry).
 pub const CALLS_WAITING_MAX: usize = 4_096;
+/// How long a list no peer syncs stays in memory after its last API call (a burst of
+/// calls is decided on the list in memory, not loaded for each).
+pub const CALLED_LIST_IDLE_MS: i64 = 30_000;
+/// Most lists kept in memory for API calls alone; past it the longest idle leaves.
+pub const CALLED_LISTS_KEPT_MAX: usize = 256;
 
 /// Most documents one connection may sync at once.
 pub const DOCS_PER_CONN_MAX: usize = 1_024;

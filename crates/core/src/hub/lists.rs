@@ -35,7 +35,8 @@ impl HubCore {
         self.answer(now_ms, false, &mut fx);
         // The peers that asked for it may have left while it loaded: then nobody syncs
         // it, and it leaves memory again.
-        if self.docs.get(&id).is_some_and(|d| d.peers.is_empty()) {
+        if self.docs.get(&id).is_some_and(|d| d.peers.is_empty()) && !self.called.contains_key(&id)
+        {
             self.docs.remove(&id);
             self.news.remove(&id);
         }

@@ -16,7 +16,7 @@ use super::{
 use crate::model::sync::SentIndex;
 use crate::model::{Merge, ModelError, TodoList};
 use crate::proto::wire::{self, DocumentId, PeerId, WireMessage};
-use crate::proto::EventBody;
+use crate::proto::{EventBody, Status};
 use crate::syncmsg;
 
 /// A change refused because its actor belongs to someone else (see `HubCore::actors`).
@@ -335,8 +335,48 @@ impl HubCore {
                 });
             }
         }
+        let unblocked = unblocked(&doc.list, std::iter::once(&merge).chain(&report.repairs));
+        commit.events.extend(unblocked);
         commit
     }
+}
+
+/// The `unblocked` events of a merge (and its repairs): for each task it completed or
+/// removed, the pending, unowned tasks waiting for it whose dependencies are now all
+/// completed (or gone). Its cost follows the tasks the merge touched and their
+/// dependents, never the list.
+fn unblocked<'a>(list: &TodoList, merges: impl Iterator<Item = &'a Merge>) -> Vec<EventBody> {
+    let done = |t: Option<&crate::model::RawTask>| {
+        t.is_none_or(|t| t.status.as_deref() == Some(Status::Completed.as_str()))
+    };
+    let mut events = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for m in merges {
+        for (id, delta) in &m.tasks {
+            let was_done = delta.before.is_none() || done(delta.before.as_ref());
+            if was_done || !done(list.raw_task(id)) {
+                continue;
+            }
+            for d in list.dependents_of(id) {
+                let Some(t) = list.raw_task(d) else { continue };
+                let pending = t
+                    .status
+                    .as_deref()
+                    .is_none_or(|s| s == Status::Pending.as_str());
+                if pending
+                    && t.owner.is_none()
+                    && t.blocked_by.iter().all(|b| done(list.raw_task(b)))
+                    && seen.insert(d.clone())
+                {
+                    events.push(EventBody::Unblocked {
+                        task: d.clone(),
+                        by: id.clone(),
+                    });
+                }
+            }
+        }
+    }
+    events
 }
 
 /// Where a sync message came from: the connection, the list, when, the token's identity

@@ -334,6 +334,8 @@ pub struct HubCore {
     /// API calls waiting for their list to load, in the order they came (at most
     /// [`CALLS_WAITING_MAX`] per list).
     calls: BTreeMap<DocumentId, Vec<WaitingCall>>,
+    /// Lists in memory for API calls that no peer syncs, and their last call (ms).
+    called: BTreeMap<DocumentId, i64>,
 }
 
 /// Frames waiting for a list to load (connection, bytes), and their bytes in all.
@@ -354,6 +356,7 @@ impl HubCore {
             creators: BTreeMap::new(),
             durable: Vec::new(),
             calls: BTreeMap::new(),
+            called: BTreeMap::new(),
         }
     }
 
@@ -442,6 +445,7 @@ impl HubCore {
         for input in inputs {
             self.input(now_ms, input, &mut fx);
         }
+        self.sweep_called(now_ms);
         // One write in the batch is a hub keeping up with its writers (what waits is the
         // acknowledgements of its last fan-out): its news goes out at once.
         let writers: usize = self
@@ -561,7 +565,7 @@ impl HubCore {
             for d in conn.docs {
                 if let Some(doc) = self.docs.get_mut(&d) {
                     doc.peers.remove(&c);
-                    if doc.peers.is_empty() {
+                    if doc.peers.is_empty() && !self.called.contains_key(&d) {
                         self.docs.remove(&d);
                         self.news.remove(&d);
                         tracing::debug!(doc = %d, in_memory = self.docs.len(), "list out of memory: no peer syncs it");

@@ -152,6 +152,11 @@ impl TodoList {
         }
     }
 
+    /// The tasks whose `blocked_by` names `id`.
+    pub fn dependents_of(&self, id: &str) -> impl Iterator<Item = &String> + '_ {
+        self.index.dependents.get(id).into_iter().flatten()
+    }
+
     /// Makes further changes as `actor` (the hub writes a caller's `todo_write` under
     /// the caller's own actor, then goes back to its own).
     pub fn set_actor(&mut self, actor: ActorId) {
