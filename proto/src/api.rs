@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Snapshot, Task, WriteResult};
+use crate::{Snapshot, Task, Version, WriteResult};
 
 /// `POST /v1/lists/{name}/claim`: give the agent the task named, or the first ready one
 /// (pending, unowned, every task it is blocked by completed; by priority, then list
@@ -32,12 +32,14 @@ pub struct WriteAnswer {
     pub snapshot: Snapshot,
 }
 
-/// The answer to a claim, once it is durable: the task as claimed and the list.
+/// The answer to a claim, once it is durable: the task as claimed and the list's
+/// version after the claim (read the list for the rest: a claim answers in a size that
+/// does not grow with the list).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimAnswer {
     /// The task now owned by the agent, `in_progress`.
     pub task: Task,
-    /// The list after the claim.
-    pub snapshot: Snapshot,
+    /// The list's version after the claim.
+    pub version: Version,
 }

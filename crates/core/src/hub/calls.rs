@@ -18,7 +18,7 @@ use super::budget::Creator;
 use super::limits::{CALLED_LISTS_KEPT_MAX, CALLED_LIST_IDLE_MS, CALLS_WAITING_MAX, DOCS_MAX};
 use super::{Commit, Effects, HubCore, Identity};
 use crate::authority::Role;
-use crate::model::{TodoList, WriteContext};
+use crate::model::{normalize, TodoList, WriteContext};
 use crate::proto::wire::{list_document_id, DocumentId};
 use crate::proto::{
     ApiError, ClaimAnswer, ErrorCode, PatchOp, Priority, Snapshot, Status, Task, TaskPatch,
@@ -367,8 +367,11 @@ impl HubCore {
                     .push((id, doc.list.read_at(&v).map(Answer::Snapshot)));
             }
             Call::Write(req) => {
-                self.write_as(now_ms, id, caller, doc_id, &req, fx, |result, snapshot| {
-                    Answer::Written(WriteAnswer { result, snapshot })
+                self.write_as(now_ms, id, caller, doc_id, &req, fx, |result, list| {
+                    Answer::Written(WriteAnswer {
+                        result,
+                        snapshot: list.read(),
+                    })
                 });
             }
             Call::Claim(named) => {
@@ -391,13 +394,21 @@ impl HubCore {
                     explanation: Some(format!("{} claims {}", caller.agent, task.id)),
                 };
                 let claimed = task.id;
-                self.write_as(now_ms, id, caller, doc_id, &req, fx, move |_, snapshot| {
-                    let task = snapshot.tasks.iter().find(|t| t.id == claimed).cloned();
-                    match task {
-                        Some(task) => Answer::Claimed(ClaimAnswer { task, snapshot }),
-                        None => Answer::Snapshot(snapshot),
-                    }
-                });
+                self.write_as(
+                    now_ms,
+                    id,
+                    caller,
+                    doc_id,
+                    &req,
+                    fx,
+                    move |_, list| match list.raw_task(&claimed) {
+                        Some(raw) => Answer::Claimed(ClaimAnswer {
+                            task: normalize(&claimed, raw),
+                            version: list.version(),
+                        }),
+                        None => Answer::Snapshot(list.read()),
+                    },
+                );
             }
         }
     }
@@ -414,7 +425,7 @@ impl HubCore {
         doc_id: DocumentId,
         req: &WriteRequest,
         fx: &mut Effects,
-        answer: impl FnOnce(WriteResult, Snapshot) -> Answer,
+        answer: impl FnOnce(WriteResult, &TodoList) -> Answer,
     ) {
         let hub_actor = self.config.actor.clone();
         let Some(doc) = self.docs.get_mut(&doc_id) else {
@@ -432,8 +443,7 @@ impl HubCore {
             Err(e) => return fx.answers.push((id, Err(e))),
         };
         if !result.changed {
-            let snapshot = doc.list.read();
-            return fx.answers.push((id, Ok(answer(result, snapshot))));
+            return fx.answers.push((id, Ok(answer(result, &doc.list))));
         }
         if let Some(who) = &caller.identity {
             doc.authority.bind(&actor, &who.agent, who.role_in(&doc_id));
@@ -442,7 +452,7 @@ impl HubCore {
                 .or_insert_with(|| Arc::new(who.clone()));
         }
         let mut commit = HubCore::check_and_repair(doc, doc_id, merge, now_ms);
-        commit.answers.push((id, answer(result, doc.list.read())));
+        commit.answers.push((id, answer(result, &doc.list)));
         self.commit(doc_id, commit, fx);
         self.owed.entry(doc_id).or_default().moved = true;
     }
