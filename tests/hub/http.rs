@@ -299,7 +299,9 @@ async fn tokens_and_roles_hold_on_every_path() {
     let lead = format!("Bearer {LEAD_TOKEN}");
     let worker = format!("Bearer {WORKER_TOKEN}");
     let observer = format!("Bearer {OBSERVER_TOKEN}");
-    let body = patch_body(json!([{"id": "t1", "content": "Plan"}]));
+    let body = patch_body(
+        json!([{"id": "t1", "content": "Plan", "owner": "lead"}, {"id": "t2", "content": "Build"}]),
+    );
     let (s, e) = http(&hub, "POST", "/v1/lists/team/todo_write", &[], &body).await;
     assert_eq!((s, e["code"].as_str()), (401, Some("unauthorized")));
     let (s, e) = http(
@@ -337,7 +339,10 @@ async fn tokens_and_roles_hold_on_every_path() {
         "",
     )
     .await;
-    assert_eq!((s, ids(&read)), (200, vec!["t1".to_owned()]));
+    assert_eq!(
+        (s, ids(&read)),
+        (200, vec!["t1".to_owned(), "t2".to_owned()])
+    );
     // A worker claims for itself only.
     let (s, e) = http(
         &hub,
@@ -348,6 +353,26 @@ async fn tokens_and_roles_hold_on_every_path() {
     )
     .await;
     assert_eq!((s, e["code"].as_str()), (403, Some("forbidden")));
+    // A worker's write to the lead's task is refused, and the list keeps the lead's.
+    let edit = patch_body(json!([{"id": "t1", "content": "Plan, as wendy wants it"}]));
+    let (s, e) = http(
+        &hub,
+        "POST",
+        "/v1/lists/team/todo_write",
+        &[("Authorization", &worker)],
+        &edit,
+    )
+    .await;
+    assert_eq!((s, e["code"].as_str()), (403, Some("forbidden")), "{e}");
+    let (_, read) = http(
+        &hub,
+        "GET",
+        "/v1/lists/team",
+        &[("Authorization", &observer)],
+        "",
+    )
+    .await;
+    assert_eq!(read["tasks"][0]["content"], "Plan");
     let (s, c) = http(
         &hub,
         "POST",

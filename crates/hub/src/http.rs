@@ -85,7 +85,8 @@ pub(crate) async fn is_api(stream: &TcpStream) -> Option<bool> {
     }
 }
 
-/// Serves HTTP/1.1 on one connection until the peer closes it.
+/// Serves one HTTP/1.1 call on a connection (an event stream for as long as its reader
+/// follows it).
 pub(crate) async fn serve(stream: TcpStream, api: Api) {
     let api = Arc::new(api);
     let service = hyper::service::service_fn(move |req| {
@@ -95,6 +96,8 @@ pub(crate) async fn serve(stream: TcpStream, api: Api) {
     let served = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HANDSHAKE_TIMEOUT)
+        // One call per connection: an idle connection never holds a slot.
+        .keep_alive(false)
         .max_buf_size(HTTP_HEAD_BYTES_MAX)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
         .await;

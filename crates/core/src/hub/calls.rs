@@ -21,8 +21,9 @@ use crate::authority::Role;
 use crate::model::{normalize, TodoList, WriteContext};
 use crate::proto::wire::{list_document_id, DocumentId};
 use crate::proto::{
-    ApiError, ClaimAnswer, ErrorCode, PatchOp, Priority, Snapshot, Status, Task, TaskPatch,
-    Version, WriteAnswer, WriteMode, WriteRequest, WriteResult, LIST_NAME_BYTES_MAX,
+    ApiError, ClaimAnswer, ErrorCode, EventBody, PatchOp, Priority, Resolution, Rule, Snapshot,
+    Status, Task, TaskPatch, Version, WriteAnswer, WriteMode, WriteRequest, WriteResult,
+    LIST_NAME_BYTES_MAX,
 };
 
 /// A call of the JSON API, as the runtime numbers them.
@@ -252,7 +253,7 @@ impl HubCore {
                         // Answered with the commit that stores it.
                         if let (Some(c), Some(d)) = (fx.commits.last_mut(), self.docs.get(&doc_id))
                         {
-                            c.answers.push((id, Answer::Snapshot(d.list.read())));
+                            c.answers.push((id, Ok(Answer::Snapshot(d.list.read()))));
                         }
                         return self.keep_called(now_ms, doc_id);
                     }
@@ -451,8 +452,35 @@ impl HubCore {
                 .entry(actor)
                 .or_insert_with(|| Arc::new(who.clone()));
         }
+        let hashes: Vec<String> = merge.changes.iter().map(|c| c.hash()).collect();
         let mut commit = HubCore::check_and_repair(doc, doc_id, merge, now_ms);
-        commit.answers.push((id, answer(result, &doc.list)));
+        // The authority found this write against a rule the model cannot see (a
+        // worker's write to another's task): the write and its repair are stored and
+        // reported like a sync peer's, and the caller is refused with the reason.
+        let refused = commit.events.iter().find_map(|e| match e {
+            EventBody::Violation(v) if v.changes.iter().any(|c| hashes.contains(c)) => Some(v),
+            _ => None,
+        });
+        let answered = match refused {
+            Some(v) => Err(error(
+                if v.rule == Rule::Ownership {
+                    ErrorCode::Forbidden
+                } else {
+                    ErrorCode::Conflict
+                },
+                None,
+                format!(
+                    "the authority refused this write: {} ({})",
+                    v.message,
+                    match &v.resolution {
+                        Resolution::Repaired { how } => format!("repaired: {how}"),
+                        Resolution::Reported => "reported".to_owned(),
+                    }
+                ),
+            )),
+            None => Ok(answer(result, &doc.list)),
+        };
+        commit.answers.push((id, answered));
         self.commit(doc_id, commit, fx);
         self.owed.entry(doc_id).or_default().moved = true;
     }

@@ -150,7 +150,7 @@ pub struct Commit {
     pub reported: Vec<String>,
     /// The API calls this commit answers, released once it is durable (the store
     /// ignores them).
-    pub answers: Vec<(CallId, Answer)>,
+    pub answers: Vec<(CallId, Result<Answer, crate::proto::ApiError>)>,
 }
 
 /// A snapshot of a list to store in place of the changes it covers.
@@ -478,8 +478,7 @@ impl HubCore {
             let answers = std::mem::take(&mut commit.answers);
             match stored.next() {
                 Some(Stored::Durable(seqs)) => {
-                    fx.answers
-                        .extend(answers.into_iter().map(|(id, a)| (id, Ok(a))));
+                    fx.answers.extend(answers);
                     if !commit.events.is_empty() {
                         self.durable.push((commit, seqs, at_ms));
                     }
