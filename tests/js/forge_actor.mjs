@@ -1,4 +1,4 @@
-// A hostile worker for swarmtodo's tests (tests/hub_identity.rs): a real automerge-repo
+// A hostile worker for swarmtodo's tests (tests/hub/identity.rs): a real automerge-repo
 // peer that writes with another agent's actor id.
 //
 //   node forge_actor.mjs WS_URL DOC_ID ACTOR_HEX TASK_ID TEXT

@@ -1,11 +1,11 @@
-// A hostile automerge-repo peer for swarmtodo's tests (tests/hostile_peers.rs): a real
+// A hostile automerge-repo peer for swarmtodo's tests (tests/hub/hostile_peers.rs): a real
 // `@automerge/automerge-repo` client that writes what no honest client would.
 //
 //   node hostile.mjs WS_URL DOC_ID MODE [N]
 //
 // Finds the list DOC_ID on the hub at WS_URL (it must exist), registers its actor as
 // agent $HOSTILE_AGENT (default "mallory"; the agent its token names, if it has one), makes MODE's change, waits until the hub has answered since and then
-// been quiet for a second (its repairs and events have arrived), and prints what it then reads as JSON: {"tasks": {id: task}, "agents": {...}}.
+// been quiet for SETTLE_MS (its repairs and events have arrived), and prints what it then reads as JSON: {"tasks": {id: task}, "agents": {...}}.
 //
 // MODE:
 //   wide N        N tasks with 30-character ids, all in_progress for owner "bob"
@@ -30,7 +30,9 @@ if (!url || !docId || !mode) {
   process.exit(2);
 }
 const n = Number(nArg ?? "0");
-const SETTLE_MS = 1_000;
+// Long enough that a hub under load, still merging a large change after answering a
+// small one, is not taken for a hub that is done.
+const SETTLE_MS = 3_000;
 
 const repo = new Repo({ network: [new WebSocketClientAdapter(url)] });
 let lastHeard = 0;

@@ -1,4 +1,4 @@
-// A real JS Automerge peer for swarmtodo's interop tests (tests/interop_js.rs).
+// A real JS Automerge peer for swarmtodo's interop tests (tests/interop/js.rs).
 //
 //   node interop.mjs edit IN OUT ACTOR_HEX
 //

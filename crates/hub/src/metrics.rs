@@ -125,56 +125,51 @@ impl Metrics {
     /// The Prometheus text of every figure.
     pub(crate) fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let gauge = |out: &mut String, name: &str, help: &str, v: &AtomicU64| {
+        let scalars: [(&str, &str, &str, &AtomicU64); 6] = [
+            (
+                "swarmtodo_connections",
+                "gauge",
+                "Sync connections open.",
+                &self.connections,
+            ),
+            (
+                "swarmtodo_lists_loaded",
+                "gauge",
+                "Lists in memory.",
+                &self.lists_loaded,
+            ),
+            (
+                "swarmtodo_lists_stored",
+                "gauge",
+                "Lists in the store.",
+                &self.lists_stored,
+            ),
+            (
+                "swarmtodo_merges_total",
+                "counter",
+                "Durable commits (merges and API writes).",
+                &self.merges,
+            ),
+            (
+                "swarmtodo_conflicts_total",
+                "counter",
+                "Concurrent-write conflicts reported.",
+                &self.conflicts,
+            ),
+            (
+                "swarmtodo_repairs_total",
+                "counter",
+                "Repairs the authority wrote.",
+                &self.repairs,
+            ),
+        ];
+        for (name, kind, help, v) in scalars {
             let _ = writeln!(
                 out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}",
                 v.load(Ordering::Relaxed)
             );
-        };
-        gauge(
-            &mut out,
-            "swarmtodo_connections",
-            "Sync connections open.",
-            &self.connections,
-        );
-        gauge(
-            &mut out,
-            "swarmtodo_lists_loaded",
-            "Lists in memory.",
-            &self.lists_loaded,
-        );
-        gauge(
-            &mut out,
-            "swarmtodo_lists_stored",
-            "Lists in the store.",
-            &self.lists_stored,
-        );
-        let counter = |out: &mut String, name: &str, help: &str, v: &AtomicU64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                v.load(Ordering::Relaxed)
-            );
-        };
-        counter(
-            &mut out,
-            "swarmtodo_merges_total",
-            "Durable commits (merges and API writes).",
-            &self.merges,
-        );
-        counter(
-            &mut out,
-            "swarmtodo_conflicts_total",
-            "Concurrent-write conflicts reported.",
-            &self.conflicts,
-        );
-        counter(
-            &mut out,
-            "swarmtodo_repairs_total",
-            "Repairs the authority wrote.",
-            &self.repairs,
-        );
+        }
         let _ = writeln!(
             out,
             "# HELP swarmtodo_violations_total Violations reported, by rule.\n# TYPE swarmtodo_violations_total counter"
