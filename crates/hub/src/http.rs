@@ -21,9 +21,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::access::Access;
 use crate::channel::ToHub;
 use crate::limits::{HANDSHAKE_TIMEOUT, HTTP_BODY_BYTES_MAX, HTTP_HEAD_BYTES_MAX};
-use crate::server::Access;
 use swarmtodo_core::hub::{Answer, Call, Caller};
 use swarmtodo_proto::{
     parse_write_request, ApiError, ClaimRequest, ErrorCode, Version, AGENT_ID_BYTES_MAX,

@@ -9,6 +9,7 @@
 //! - [`config`]: the configuration file (policy, roles, tokens, limits).
 //! - [`memory`]: a counting allocator for memory measurements.
 
+mod access;
 mod channel;
 pub mod config;
 pub mod http;

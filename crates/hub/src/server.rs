@@ -7,7 +7,7 @@
 //! frames and in bytes). A peer whose outbox is full — it stopped reading — is closed
 //! with 1008 `slow_reader`; it never grows the hub's memory or stalls the others.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,10 +19,11 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{http, Message};
 
-use swarmtodo_core::hub::{Close, ConnId, HubCore, Identity, Input};
+use swarmtodo_core::hub::{Close, ConnId, HubCore, Input};
 use swarmtodo_proto::wire::{DocumentId, MESSAGE_BYTES_MAX};
 use swarmtodo_store::Store;
 
+pub use crate::access::Access;
 use crate::channel::{Outbox, ToHub};
 use crate::hub_task::hub_task;
 pub use crate::hub_task::ServeError;
@@ -180,39 +181,6 @@ pub async fn run(
         Err(_) => {
             tracing::warn!("peers did not leave within the grace period");
             Ok(())
-        }
-    }
-}
-
-/// Who may connect (docs/DESIGN.md §7).
-#[derive(Debug, Clone, Default)]
-pub enum Access {
-    /// Anyone who can reach the socket (the default: loopback only).
-    #[default]
-    Open,
-    /// Only connections whose URL carries a known `?token=`; each acts as the token's
-    /// identity.
-    Tokens(BTreeMap<String, Identity>),
-}
-
-impl Access {
-    /// The token and identity for a WebSocket upgrade request's URI, or the HTTP
-    /// refusal.
-    fn admit(&self, uri: &http::Uri) -> Result<Option<(String, Identity)>, &'static str> {
-        let Access::Tokens(tokens) = self else {
-            return Ok(None);
-        };
-        let token = uri
-            .query()
-            .unwrap_or("")
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("token="));
-        match token {
-            None => Err("this hub needs a token: connect to ws://HOST:PORT/?token=YOUR_TOKEN"),
-            Some(t) => tokens
-                .get(t)
-                .map(|who| Some((t.to_owned(), who.clone())))
-                .ok_or("unknown token: ask the hub's operator for yours"),
         }
     }
 }
