@@ -644,3 +644,55 @@ async fn completing_the_last_dependency_unblocks_a_task_with_an_event_and_it_can
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A request whose head or body never arrives whole does not hold its connection past
+/// `HANDSHAKE_TIMEOUT` (head) or `HTTP_BODY_TIMEOUT` (body); a head over
+/// `HTTP_HEAD_BYTES_MAX` is refused; the hub serves others meanwhile and after.
+#[tokio::test]
+async fn slow_or_oversize_requests_are_cut_off_and_the_hub_serves_the_others() {
+    use swarmtodo::hub::limits::{HANDSHAKE_TIMEOUT, HTTP_BODY_TIMEOUT, HTTP_HEAD_BYTES_MAX};
+    let dir = scratch("http-slow");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let addr = hub.url.trim_start_matches("ws://").to_owned();
+    let started = std::time::Instant::now();
+    // A head that stops half-way.
+    let mut head_only = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    head_only
+        .write_all(b"POST /v1/lists/slow/todo_write HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // A body that stops half-way.
+    let mut half_body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    half_body
+        .write_all(b"POST /v1/lists/slow/todo_write HTTP/1.1\r\nHost: x\r\nX-Swarmtodo-Agent: s\r\nContent-Length: 100\r\n\r\n{\"mode\":")
+        .await
+        .unwrap();
+    // Meanwhile the hub answers others.
+    let (s, _) = http(&hub, "GET", "/healthz", &[], "").await;
+    assert_eq!(s, 200);
+    let limit = HANDSHAKE_TIMEOUT.max(HTTP_BODY_TIMEOUT) + std::time::Duration::from_secs(10);
+    let mut answer = String::new();
+    tokio::time::timeout(limit, half_body.read_to_string(&mut answer))
+        .await
+        .expect("the slow body is cut off")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.contains("invalid_value") && answer.contains("did not arrive"),
+        "{answer}"
+    );
+    let mut rest = Vec::new();
+    tokio::time::timeout(limit, head_only.read_to_end(&mut rest))
+        .await
+        .expect("the slow head is cut off")
+        .unwrap();
+    assert!(started.elapsed() >= HTTP_BODY_TIMEOUT.min(HANDSHAKE_TIMEOUT));
+    // A head over the bound.
+    let big = "x".repeat(2 * HTTP_HEAD_BYTES_MAX);
+    let (s, _) = http_text(&hub, "GET", "/v1/lists/slow", &[("X-Padding", &big)], "").await;
+    assert_eq!(s, 431, "an oversize head is refused");
+    let (s, _) = http(&hub, "GET", "/healthz", &[], "").await;
+    assert_eq!(s, 200);
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -23,7 +23,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::access::Access;
 use crate::channel::ToHub;
-use crate::limits::{HANDSHAKE_TIMEOUT, HTTP_BODY_BYTES_MAX, HTTP_HEAD_BYTES_MAX};
+use crate::limits::{
+    HANDSHAKE_TIMEOUT, HTTP_BODY_BYTES_MAX, HTTP_BODY_TIMEOUT, HTTP_HEAD_BYTES_MAX,
+};
 use swarmtodo_core::hub::{Answer, Call, Caller};
 use swarmtodo_proto::{
     parse_write_request, ApiError, ClaimRequest, ErrorCode, Version, AGENT_ID_BYTES_MAX,
@@ -527,11 +529,23 @@ async fn body_text(req: Request<Incoming>) -> Result<String, ApiError> {
     body_text_of(req.into_body()).await
 }
 
-/// A request body as text, at most [`HTTP_BODY_BYTES_MAX`] bytes.
+/// A request body as text, at most [`HTTP_BODY_BYTES_MAX`] bytes, arrived
+/// within [`HTTP_BODY_TIMEOUT`] (a peer that sends its body slowly does not hold its
+/// connection longer).
 async fn body_text_of(body: Incoming) -> Result<String, ApiError> {
-    let bytes = Limited::new(body, HTTP_BODY_BYTES_MAX)
-        .collect()
-        .await
+    let read = tokio::time::timeout(
+        HTTP_BODY_TIMEOUT,
+        Limited::new(body, HTTP_BODY_BYTES_MAX).collect(),
+    )
+    .await
+    .map_err(|_| {
+        error(
+            ErrorCode::InvalidValue,
+            None,
+            format!("the body did not arrive within {HTTP_BODY_TIMEOUT:?}: send it whole, at once"),
+        )
+    })?;
+    let bytes = read
         .map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
                 error(

@@ -51,7 +51,11 @@ pub const STREAM_PAGE_MAX: usize = 256;
 /// Largest body of an HTTP API request (a `todo_write` of a whole list of long tasks
 /// goes as several patches).
 pub const HTTP_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
-/// Largest head (request line and headers) of an HTTP API request.
+/// An HTTP API request's body must have arrived whole within this (after its head).
+pub const HTTP_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The read buffer for an HTTP API request's head (request line and headers): a head
+/// that does not fit is refused with 431 (hyper checks it per read, so a head a little
+/// past it may pass).
 pub const HTTP_HEAD_BYTES_MAX: usize = 64 * 1024;
 /// A connection must finish the WebSocket handshake (or send an HTTP request's head)
 /// within this.
