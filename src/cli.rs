@@ -84,6 +84,19 @@ pub(crate) enum ApiCommand {
         #[command(flatten)]
         hub: HubArgs,
     },
+    /// Wait until every agent syncing the list holds a version (exit 0), or the timeout
+    /// passes (exit 1, naming those that do not).
+    Wait {
+        /// The list.
+        list: String,
+        /// The version (from a write's answer).
+        version: String,
+        /// Give up after this many milliseconds (at most 60,000).
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+        #[command(flatten)]
+        hub: HubArgs,
+    },
     /// Print a list's events as JSON lines (the snapshot first), from a seq.
     Events {
         /// The list.
@@ -115,10 +128,12 @@ pub(crate) fn run(cmd: ApiCommand) -> i32 {
         ApiCommand::Read { hub, .. }
         | ApiCommand::Write { hub, .. }
         | ApiCommand::Claim { hub, .. }
+        | ApiCommand::Wait { hub, .. }
         | ApiCommand::Events { hub, .. } => hub.json,
     };
     match runtime.block_on(call(cmd)) {
-        Ok(()) => EXIT_OK,
+        Ok(true) => EXIT_OK,
+        Ok(false) => EXIT_REFUSED,
         Err(HttpError::Api(e)) => {
             if json {
                 println!("{}", serde_json::to_string(&e).unwrap_or_default());
@@ -191,7 +206,8 @@ fn read_file(path: &PathBuf) -> Result<serde_json::Value, HttpError> {
         .map_err(|e| HttpError::Transport(format!("{} is not JSON: {e}", path.display())))
 }
 
-async fn call(cmd: ApiCommand) -> Result<(), HttpError> {
+/// Runs a command; false when it did not get what it asked (a wait that timed out).
+async fn call(cmd: ApiCommand) -> Result<bool, HttpError> {
     match cmd {
         ApiCommand::Read { list, version, hub } => {
             let s = api(&hub)?.read(&list, version.as_deref()).await?;
@@ -264,6 +280,22 @@ async fn call(cmd: ApiCommand) -> Result<(), HttpError> {
                 println!("claimed {}: {}", answer.task.id, answer.task.content);
             }
         }
+        ApiCommand::Wait {
+            list,
+            version,
+            timeout_ms,
+            hub,
+        } => {
+            let answer = api(&hub)?.wait(&list, &version, timeout_ms).await?;
+            if hub.json {
+                print_json(&answer);
+            } else if answer.acknowledged {
+                println!("every agent holds {}", answer.version);
+            } else {
+                println!("not yet held by: {}", answer.pending.join(", "));
+            }
+            return Ok(answer.acknowledged);
+        }
         ApiCommand::Events {
             list,
             from,
@@ -286,5 +318,5 @@ async fn call(cmd: ApiCommand) -> Result<(), HttpError> {
                 .await?;
         }
     }
-    Ok(())
+    Ok(true)
 }

@@ -15,7 +15,7 @@ use swarmtodo::proto::{PatchOp, Status, TaskPatch, WriteMode, WriteRequest};
 #[command(
     version,
     about = "Shared, live, typed todo state for agent swarms",
-    after_help = "Exit codes of read, write, claim and events: 0 done; 1 the hub refused (its code and message on stderr); 3 the hub could not be reached or the input could not be read; 2 a usage error."
+    after_help = "Exit codes of read, write, claim, wait and events: 0 done; 1 the hub refused (its code and message on stderr), or a wait timed out; 3 the hub could not be reached or the input could not be read; 2 a usage error."
 )]
 struct Cli {
     #[command(subcommand)]

@@ -32,6 +32,20 @@ pub struct WriteAnswer {
     pub snapshot: Snapshot,
 }
 
+/// The answer to a wait (`GET /v1/lists/{name}/wait?version=V&timeout_ms=T`): whether
+/// every agent syncing the list has acknowledged version `V`, and who has not yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitAnswer {
+    /// The version waited for.
+    pub version: Version,
+    /// Every agent connected to the list holds it (true at once when none is).
+    pub acknowledged: bool,
+    /// The agents (or, without a token, automerge-repo peer ids) that did not by the
+    /// timeout, sorted.
+    pub pending: Vec<String>,
+}
+
 /// The answer to a claim, once it is durable: the task as claimed and the list's
 /// version after the claim (read the list for the rest: a claim answers in a size that
 /// does not grow with the list).

@@ -20,7 +20,7 @@ pub mod limits;
 mod request;
 pub mod wire;
 
-pub use self::api::{ClaimAnswer, ClaimRequest, WriteAnswer};
+pub use self::api::{ClaimAnswer, ClaimRequest, WaitAnswer, WriteAnswer};
 pub use self::request::parse_write_request;
 
 pub use self::limits::{
@@ -600,6 +600,7 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("write_answer.json", schemars::schema_for!(WriteAnswer)),
         ("claim_request.json", schemars::schema_for!(ClaimRequest)),
         ("claim_answer.json", schemars::schema_for!(ClaimAnswer)),
+        ("wait_answer.json", schemars::schema_for!(WaitAnswer)),
         ("violation.json", schemars::schema_for!(Violation)),
         ("conflict.json", schemars::schema_for!(Conflict)),
         ("event.json", schemars::schema_for!(Event)),

@@ -1,5 +1,5 @@
 //! The API commands of the `swarmtodo` binary against a real hub, as a shell script
-//! would run them: `write`, `read`, `claim`, `events`, their exit codes and output.
+//! would run them: `write`, `read`, `claim`, `wait`, `events`, their exit codes and output.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -56,6 +56,16 @@ fn a_shell_script_writes_reads_claims_and_follows_a_list() {
     assert!(o.status.success(), "{o:?}");
     let answer: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(answer["result"]["created"], json!(["t1", "t2"]));
+
+    // No agent syncs the list: every one holds the version at once.
+    let version = answer["snapshot"]["version"].as_str().unwrap().to_owned();
+    let o = cli(
+        &hub,
+        "lead",
+        &["wait", "board", &version, "--timeout-ms", "200"],
+        "",
+    );
+    assert!(o.status.success(), "{o:?}");
 
     // A whole request on stdin.
     let request = json!({"mode": "patch", "ops": [{"op": "upsert", "task": {"id": "t3", "content": "Ship", "blocked_by": ["t2"]}}]});

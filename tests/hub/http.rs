@@ -696,3 +696,69 @@ async fn slow_or_oversize_requests_are_cut_off_and_the_hub_serves_the_others() {
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The barrier: a wait answers once every agent syncing the list holds the version, and
+/// at its timeout names those that do not.
+#[tokio::test]
+async fn a_wait_answers_when_every_connected_agent_holds_the_version() {
+    let dir = scratch("http-wait");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let (s, _) = http(
+        &hub,
+        "POST",
+        "/v1/lists/barrier/todo_write",
+        AS_LEAD,
+        &patch_body(json!([{"id": "t1", "content": "Start"}])),
+    )
+    .await;
+    assert_eq!(s, 200);
+    // A sync peer in step with the list.
+    let mut replica = TodoList::create(actor(7));
+    let mut conn = Connection::connect(&hub.url, "reader").await.unwrap();
+    conn.sync(list_document_id("barrier"), &mut replica)
+        .await
+        .unwrap();
+    // A write it has not synced yet.
+    let (_, w) = http(
+        &hub,
+        "POST",
+        "/v1/lists/barrier/todo_write",
+        AS_LEAD,
+        &patch_body(json!([{"id": "t2", "content": "Next"}])),
+    )
+    .await;
+    let v = w["snapshot"]["version"].as_str().unwrap().to_owned();
+    let (s, waited) = http(
+        &hub,
+        "GET",
+        &format!("/v1/lists/barrier/wait?version={v}&timeout_ms=300"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(s, 200, "{waited}");
+    assert_eq!(waited["acknowledged"], false, "{waited}");
+    assert_eq!(waited["pending"].as_array().unwrap().len(), 1, "{waited}");
+    // Once it syncs, the barrier passes.
+    conn.sync(list_document_id("barrier"), &mut replica)
+        .await
+        .unwrap();
+    let (s, waited) = http(
+        &hub,
+        "GET",
+        &format!("/v1/lists/barrier/wait?version={v}&timeout_ms=5000"),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(
+        (s, &waited["acknowledged"]),
+        (200, &json!(true)),
+        "{waited}"
+    );
+    assert_eq!(waited["pending"], json!([]));
+    let (s, e) = http(&hub, "GET", "/v1/lists/barrier/wait", &[], "").await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("missing_field")));
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}

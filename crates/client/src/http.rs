@@ -16,7 +16,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use crate::limits::{HTTP_ANSWER_BYTES_MAX, HTTP_TIMEOUT};
-use swarmtodo_proto::{ApiError, ClaimAnswer, ClaimRequest, Event, Snapshot, WriteAnswer};
+use swarmtodo_proto::{
+    ApiError, ClaimAnswer, ClaimRequest, Event, Snapshot, WaitAnswer, WriteAnswer,
+};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +138,22 @@ impl Api {
         let body = serde_json::to_string(&body).map_err(|e| HttpError::Transport(e.to_string()))?;
         self.json("POST", &format!("/v1/lists/{}/claim", encode(list)), &body)
             .await
+    }
+
+    /// Waits until every agent syncing the list holds `version`, or `timeout_ms` (then
+    /// the answer names those that do not).
+    pub async fn wait(
+        &self,
+        list: &str,
+        version: &str,
+        timeout_ms: u64,
+    ) -> Result<WaitAnswer, HttpError> {
+        let path = format!(
+            "/v1/lists/{}/wait?version={}&timeout_ms={timeout_ms}",
+            encode(list),
+            encode(version)
+        );
+        self.json("GET", &path, "").await
     }
 
     /// Follows the list's events after `from` (0: all of them): the snapshot first,

@@ -7,6 +7,7 @@
 //! - `PUT /v1/lists/{name}` — create (idempotent); `GET /v1/lists/{name}[?version=V]`
 //! - `POST /v1/lists/{name}/todo_write` — a `todo_write` request
 //! - `POST /v1/lists/{name}/claim` — `{agent?, task?}`
+//! - `GET /v1/lists/{name}/wait?version=V&timeout_ms=T` — a barrier on a version
 //! - `GET /v1/lists/{name}/events?from=SEQ` — Server-Sent Events (`Last-Event-ID`
 //!   resumes), see `stream.rs`
 
@@ -30,6 +31,9 @@ use swarmtodo_core::hub::{Answer, Call, Caller};
 use swarmtodo_proto::{
     parse_write_request, ApiError, ClaimRequest, ErrorCode, Version, AGENT_ID_BYTES_MAX,
 };
+
+/// How long a wait waits when the call does not say (ms).
+pub const WAIT_MS_DEFAULT: i64 = 10_000;
 
 /// The header that names the calling agent on a hub without tokens.
 pub const AGENT_HEADER: &str = "x-swarmtodo-agent";
@@ -207,6 +211,7 @@ enum Route {
     Write(String),
     Claim(String),
     Events(String),
+    Wait(String),
 }
 
 fn route(path: &str) -> Result<Route, ApiError> {
@@ -220,7 +225,7 @@ fn route(path: &str) -> Result<Route, ApiError> {
         error(
             ErrorCode::NotFound,
             None,
-            format!("no such path {path:?}: the API has /healthz, /metrics, /v1/lists/{{name}}, and under it /todo_write, /claim and /events"),
+            format!("no such path {path:?}: the API has /healthz, /metrics, /v1/lists/{{name}}, and under it /todo_write, /claim, /wait and /events"),
         )
     };
     let rest = path.strip_prefix("/v1/lists/").ok_or_else(not_found)?;
@@ -241,6 +246,7 @@ fn route(path: &str) -> Result<Route, ApiError> {
         (Some("todo_write"), None) => Ok(Route::Write(name)),
         (Some("claim"), None) => Ok(Route::Claim(name)),
         (Some("events"), None) => Ok(Route::Events(name)),
+        (Some("wait"), None) => Ok(Route::Wait(name)),
         _ => Err(not_found()),
     }
 }
@@ -338,10 +344,31 @@ impl Api {
                 return self.ask(caller, name, Call::Claim(claim.task)).await;
             }
             (Route::Write(_) | Route::Claim(_), _) => return Err(method_not_allowed(&["POST"])),
-            (Route::Events(_), _) => return Err(method_not_allowed(&["GET"])),
+            (Route::Wait(name), &Method::GET) => {
+                let query = req.uri().query();
+                let version = query_value(query, "version")?.ok_or_else(|| {
+                    error(
+                        ErrorCode::MissingField,
+                        Some("version"),
+                        "say which version to wait for: ?version=V (from a write's answer)",
+                    )
+                })?;
+                let timeout_ms = match query_value(query, "timeout_ms")? {
+                    None => WAIT_MS_DEFAULT,
+                    Some(t) => t.parse().map_err(|_| {
+                        error(
+                            ErrorCode::InvalidValue,
+                            Some("timeout_ms"),
+                            format!("{t:?} is not a number of milliseconds"),
+                        )
+                    })?,
+                };
+                (name, Call::Wait(Version(version), timeout_ms))
+            }
+            (Route::Events(_) | Route::Wait(_), _) => return Err(method_not_allowed(&["GET"])),
         };
         let caller = match call {
-            Call::Read(_) => self.reader(&req)?,
+            Call::Read(_) | Call::Wait(..) => self.reader(&req)?,
             _ => self.caller(&req, None)?,
         };
         self.ask(caller, list, call).await
@@ -442,6 +469,7 @@ impl Api {
             Answer::Snapshot(s) => serde_json::to_vec(&s),
             Answer::Written(w) => serde_json::to_vec(&w),
             Answer::Claimed(c) => serde_json::to_vec(&c),
+            Answer::Waited(w) => serde_json::to_vec(&w),
         };
         let body = body.map_err(|e| error(ErrorCode::Internal, None, e.to_string()))?;
         Ok((StatusCode::OK, body))

@@ -280,7 +280,7 @@ impl Relay {
         *next += 1;
         let id = CallId(*next);
         let kind = match &call {
-            Call::Read(_) => Kind::Read,
+            Call::Read(_) | Call::Wait(..) => Kind::Read,
             Call::Create => Kind::Create,
             Call::Write(_) => Kind::Write,
             Call::Claim(_) => Kind::Claim,

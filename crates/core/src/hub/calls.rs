@@ -15,15 +15,17 @@ use std::sync::Arc;
 use automerge::ActorId;
 
 use super::budget::Creator;
-use super::limits::{CALLED_LISTS_KEPT_MAX, CALLED_LIST_IDLE_MS, CALLS_WAITING_MAX, DOCS_MAX};
-use super::{Commit, Effects, HubCore, Identity};
+use super::limits::{
+    CALLED_LISTS_KEPT_MAX, CALLED_LIST_IDLE_MS, CALLS_WAITING_MAX, DOCS_MAX, WAITS_MAX, WAIT_MS_MAX,
+};
+use super::{Commit, Conn, ConnState, Effects, HubCore, Identity};
 use crate::authority::Role;
 use crate::model::{normalize, TodoList, WriteContext};
 use crate::proto::wire::{list_document_id, DocumentId};
 use crate::proto::{
     ApiError, ClaimAnswer, ErrorCode, EventBody, PatchOp, Priority, Resolution, Rule, Snapshot,
-    Status, Task, TaskPatch, Version, WriteAnswer, WriteMode, WriteRequest, WriteResult,
-    LIST_NAME_BYTES_MAX,
+    Status, Task, TaskPatch, Version, WaitAnswer, WriteAnswer, WriteMode, WriteRequest,
+    WriteResult, LIST_NAME_BYTES_MAX,
 };
 
 /// A call of the JSON API, as the runtime numbers them.
@@ -54,6 +56,9 @@ pub enum Call {
     Write(WriteRequest),
     /// Give the caller the task named, or the first ready one.
     Claim(Option<String>),
+    /// Answer once every agent syncing the list holds this version, or after this many
+    /// milliseconds (at most [`WAIT_MS_MAX`]) with who does not.
+    Wait(Version, i64),
 }
 
 /// What a call got.
@@ -65,6 +70,18 @@ pub enum Answer {
     Written(WriteAnswer),
     /// A durable claim.
     Claimed(ClaimAnswer),
+    /// A wait's outcome.
+    Waited(WaitAnswer),
+}
+
+/// A wait not answered yet.
+#[derive(Debug)]
+pub(super) struct PendingWait {
+    id: CallId,
+    doc_id: DocumentId,
+    version: Version,
+    heads: Vec<automerge::ChangeHash>,
+    deadline_ms: i64,
 }
 
 /// A call waiting for its list to load.
@@ -200,7 +217,7 @@ impl HubCore {
             Ok(d) => d,
             Err(e) => return fx.answers.push((id, Err(e))),
         };
-        let writes = !matches!(call, Call::Read(_));
+        let writes = !matches!(call, Call::Read(_) | Call::Wait(..));
         if writes && self.role_of(&caller, &doc_id) == Role::Observer {
             return fx.answers.push((
                 id,
@@ -235,7 +252,7 @@ impl HubCore {
                 return;
             }
             match call {
-                Call::Read(_) | Call::Claim(_) => {
+                Call::Read(_) | Call::Claim(_) | Call::Wait(..) => {
                     return fx.answers.push((
                         id,
                         Err(error(
@@ -269,7 +286,7 @@ impl HubCore {
     pub(super) fn calls_loaded(&mut self, now_ms: i64, doc_id: DocumentId, fx: &mut Effects) {
         for w in self.calls.remove(&doc_id).unwrap_or_default() {
             let name_free = !self.docs.contains_key(&doc_id);
-            if name_free && matches!(w.call, Call::Read(_) | Call::Claim(_)) {
+            if name_free && matches!(w.call, Call::Read(_) | Call::Claim(_) | Call::Wait(..)) {
                 fx.answers.push((
                     w.id,
                     Err(error(
@@ -362,6 +379,31 @@ impl HubCore {
         match call {
             Call::Create | Call::Read(None) => {
                 fx.answers.push((id, Ok(Answer::Snapshot(doc.list.read()))));
+            }
+            Call::Wait(version, timeout_ms) => {
+                let heads = match doc.list.known_heads(&version) {
+                    Ok(h) => h,
+                    Err(e) => return fx.answers.push((id, Err(e))),
+                };
+                if self.waits.len() >= WAITS_MAX {
+                    return fx.answers.push((
+                        id,
+                        Err(error(
+                            ErrorCode::LimitExceeded,
+                            None,
+                            format!(
+                                "{WAITS_MAX} waits are open on this hub already: retry in a moment"
+                            ),
+                        )),
+                    ));
+                }
+                self.waits.push(PendingWait {
+                    id,
+                    doc_id,
+                    version,
+                    heads,
+                    deadline_ms: now_ms.saturating_add(timeout_ms.clamp(0, WAIT_MS_MAX)),
+                });
             }
             Call::Read(Some(v)) => {
                 fx.answers
@@ -527,12 +569,73 @@ impl HubCore {
         });
     }
 
-    /// When a list kept for calls is due to leave memory (the runtime sends
-    /// [`Input::Tick`](super::Input::Tick) then, if nothing came before).
+    /// When a list kept for calls is due to leave memory, or a wait times out (the
+    /// runtime sends [`Input::Tick`](super::Input::Tick) then, if nothing came before).
     pub fn next_wake_ms(&self) -> Option<i64> {
-        self.called
+        let idle = self
+            .called
             .values()
             .min()
-            .map(|at| at.saturating_add(CALLED_LIST_IDLE_MS))
+            .map(|at| at.saturating_add(CALLED_LIST_IDLE_MS));
+        let wait = self.waits.iter().map(|w| w.deadline_ms).min();
+        idle.into_iter().chain(wait).min()
+    }
+
+    /// Answers the waits whose version every peer of their list now holds, and those
+    /// past their deadline (with the peers that do not hold it). Its cost follows the
+    /// open waits (at most [`WAITS_MAX`]) and their lists' peers.
+    pub(super) fn check_waits(&mut self, now_ms: i64, fx: &mut Effects) {
+        if self.waits.is_empty() {
+            return;
+        }
+        let mut open = Vec::with_capacity(self.waits.len());
+        for w in std::mem::take(&mut self.waits) {
+            let pending = self.not_holding(&w.doc_id, &w.heads);
+            if pending.is_empty() || now_ms >= w.deadline_ms {
+                fx.answers.push((
+                    w.id,
+                    Ok(Answer::Waited(WaitAnswer {
+                        version: w.version,
+                        acknowledged: pending.is_empty(),
+                        pending,
+                    })),
+                ));
+            } else {
+                open.push(w);
+            }
+        }
+        self.waits = open;
+    }
+
+    /// The peers of list `doc_id` whose acknowledged heads do not hold `heads`, by
+    /// agent (or peer id without a token), sorted.
+    fn not_holding(&self, doc_id: &DocumentId, heads: &[automerge::ChangeHash]) -> Vec<String> {
+        let Some(doc) = self.docs.get(doc_id) else {
+            return Vec::new();
+        };
+        let mut pending: Vec<String> = doc
+            .peers
+            .iter()
+            .filter(|(_, p)| {
+                p.state
+                    .their_heads
+                    .as_deref()
+                    .is_none_or(|theirs| !doc.list.covers(theirs, heads))
+            })
+            .map(|(c, _)| match self.conns.get(c) {
+                Some(Conn {
+                    identity: Some(who),
+                    ..
+                }) => who.agent.clone(),
+                Some(Conn {
+                    state: ConnState::Ready(peer),
+                    ..
+                }) => peer.to_string(),
+                _ => format!("connection {}", c.0),
+            })
+            .collect();
+        pending.sort();
+        pending.dedup();
+        pending
     }
 }

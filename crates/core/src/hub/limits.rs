@@ -5,6 +5,10 @@ pub const CALLS_WAITING_MAX: usize = 4_096;
 /// How long a list no peer syncs stays in memory after its last API call (a burst of
 /// calls is decided on the list in memory, not loaded for each).
 pub const CALLED_LIST_IDLE_MS: i64 = 30_000;
+/// Most waits (version barriers) open at once on one hub; more are refused (retry).
+pub const WAITS_MAX: usize = 256;
+/// Longest a wait may wait, in ms.
+pub const WAIT_MS_MAX: i64 = 60_000;
 /// Most lists kept in memory for API calls alone; past it the longest idle leaves.
 pub const CALLED_LISTS_KEPT_MAX: usize = 256;
 

@@ -336,6 +336,8 @@ pub struct HubCore {
     calls: BTreeMap<DocumentId, Vec<WaitingCall>>,
     /// Lists in memory for API calls that no peer syncs, and their last call (ms).
     called: BTreeMap<DocumentId, i64>,
+    /// Waits not answered yet (at most [`WAITS_MAX`]).
+    waits: Vec<calls::PendingWait>,
 }
 
 /// Frames waiting for a list to load (connection, bytes), and their bytes in all.
@@ -357,6 +359,7 @@ impl HubCore {
             durable: Vec::new(),
             calls: BTreeMap::new(),
             called: BTreeMap::new(),
+            waits: Vec::new(),
         }
     }
 
@@ -455,6 +458,7 @@ impl HubCore {
             .sum();
         let defer = more_waiting && writers >= FANOUT_DEFER_WRITERS_MIN;
         self.answer(now_ms, defer, &mut fx);
+        self.check_waits(now_ms, &mut fx);
         fx
     }
 

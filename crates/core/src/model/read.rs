@@ -43,7 +43,20 @@ impl TodoList {
         })
     }
 
-    fn known_heads(&self, version: &Version) -> Result<Vec<ChangeHash>, ApiError> {
+    /// Whether `theirs` (a peer's heads) hold every change of `wanted`: each is one of
+    /// them or in their past. Its cost follows the changes `theirs` lacks.
+    pub fn covers(&self, theirs: &[ChangeHash], wanted: &[ChangeHash]) -> bool {
+        let known: Vec<ChangeHash> = theirs
+            .iter()
+            .filter(|h| self.doc.get_change_meta_by_hash(h).is_some())
+            .copied()
+            .collect();
+        let missing = self.doc.get_changes_meta(&known);
+        !missing.iter().any(|c| wanted.contains(&c.hash))
+    }
+
+    /// The heads of `version`, each a change this replica holds.
+    pub fn known_heads(&self, version: &Version) -> Result<Vec<ChangeHash>, ApiError> {
         let heads = doc::parse_heads(&version.0).ok_or_else(|| ApiError {
             code: ErrorCode::InvalidValue,
             field: Some("version".into()),
