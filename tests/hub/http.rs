@@ -762,3 +762,57 @@ async fn a_wait_answers_when_every_connected_agent_holds_the_version() {
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `WAITS_MAX` waits may be open at once; one more is refused with `limit_exceeded`,
+/// and the open ones still answer.
+#[tokio::test]
+async fn waits_past_the_bound_are_refused_and_the_open_ones_still_answer() {
+    use swarmtodo::hub::core::WAITS_MAX;
+    let dir = scratch("http-waits-max");
+    let hub = std::sync::Arc::new(HubProc::start(&dir.join("hub.db")));
+    let (_, w) = http(
+        &hub,
+        "POST",
+        "/v1/lists/many-waits/todo_write",
+        AS_LEAD,
+        &patch_body(json!([{"id": "t1", "content": "x"}])),
+    )
+    .await;
+    // A peer that never acknowledges what comes next keeps every wait open.
+    let mut replica = TodoList::create(actor(8));
+    let mut conn = Connection::connect(&hub.url, "sleeper").await.unwrap();
+    conn.sync(list_document_id("many-waits"), &mut replica)
+        .await
+        .unwrap();
+    let (_, w2) = http(
+        &hub,
+        "POST",
+        "/v1/lists/many-waits/todo_write",
+        AS_LEAD,
+        &patch_body(json!([{"id": "t2", "content": "y"}])),
+    )
+    .await;
+    let v = w2["snapshot"]["version"].as_str().unwrap().to_owned();
+    assert_ne!(w["snapshot"]["version"], w2["snapshot"]["version"]);
+    let path = format!("/v1/lists/many-waits/wait?version={v}&timeout_ms=10000");
+    let open: Vec<_> = (0..WAITS_MAX)
+        .map(|_| {
+            let (hub, path) = (hub.clone(), path.clone());
+            tokio::spawn(async move { http(&hub, "GET", &path, &[], "").await })
+        })
+        .collect();
+    // Every one of them is open (well within their timeout) before the next is asked.
+    tokio::time::sleep(std::time::Duration::from_millis(2_000)).await;
+    let (s, e) = http(&hub, "GET", &path, &[], "").await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (413, Some("limit_exceeded")),
+        "{e}"
+    );
+    for o in open {
+        let (s, a) = o.await.unwrap();
+        assert_eq!((s, &a["acknowledged"]), (200, &json!(false)), "{a}");
+    }
+    drop(conn);
+    let _ = std::fs::remove_dir_all(dir);
+}
