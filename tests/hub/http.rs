@@ -64,6 +64,14 @@ const WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 const AS_LEAD: &[(&str, &str)] = &[("X-Swarmtodo-Agent", "lead")];
 
+/// A write to `list` as the lead on a hub without tokens, which must succeed; its answer.
+async fn lead_write(hub: &HubProc, list: &str, body: &str) -> Value {
+    let path = format!("/v1/lists/{list}/todo_write");
+    let (s, answer) = http(hub, "POST", &path, AS_LEAD, body).await;
+    assert_eq!(s, 200, "{answer}");
+    answer
+}
+
 fn patch_body(tasks: Value) -> String {
     let ops: Vec<Value> = tasks
         .as_array()
@@ -161,7 +169,7 @@ async fn compare_and_set_refuses_a_moved_list_and_a_stale_replace_keeps_what_oth
     let dir = scratch("http-cas");
     let hub = HubProc::start(&dir.join("hub.db"));
     let body = patch_body(json!([{"id": "a", "content": "First"}]));
-    let (_, w) = http(&hub, "POST", "/v1/lists/cas/todo_write", AS_LEAD, &body).await;
+    let w = lead_write(&hub, "cas", &body).await;
     let base = w["snapshot"]["version"].as_str().unwrap().to_owned();
     // Another agent adds a task.
     let body = patch_body(json!([{"id": "b", "content": "Added by wendy"}]));
@@ -200,15 +208,7 @@ async fn fifty_concurrent_claimers_of_twenty_ready_tasks_never_share_one() {
         .collect();
     // One more task that waits for another: not ready, never claimed.
     tasks.push(json!({"id": "later", "content": "After t00", "blocked_by": ["t00"]}));
-    let (s, _) = http(
-        &hub,
-        "POST",
-        "/v1/lists/claims/todo_write",
-        AS_LEAD,
-        &patch_body(Value::Array(tasks)),
-    )
-    .await;
-    assert_eq!(s, 200);
+    lead_write(&hub, "claims", &patch_body(Value::Array(tasks))).await;
 
     let hub = std::sync::Arc::new(hub);
     let claimers: Vec<_> = (0..50)
@@ -394,11 +394,9 @@ async fn tokens_and_roles_hold_on_every_path() {
 async fn bad_input_gets_its_status_and_code_and_changes_nothing() {
     let dir = scratch("http-bad");
     let hub = HubProc::start(&dir.join("hub.db"));
-    let (_, w) = http(
+    let w = lead_write(
         &hub,
-        "POST",
-        "/v1/lists/bad/todo_write",
-        AS_LEAD,
+        "bad",
         &patch_body(json!([{"id": "t1", "content": "Keep"}])),
     )
     .await;
@@ -601,41 +599,17 @@ async fn completing_the_last_dependency_unblocks_a_task_with_an_event_and_it_can
         {"id": "b", "content": "Second"},
         {"id": "c", "content": "After both", "blocked_by": ["a", "b"]},
     ]);
-    let (s, _) = http(
-        &hub,
-        "POST",
-        "/v1/lists/deps/todo_write",
-        AS_LEAD,
-        &patch_body(tasks),
-    )
-    .await;
-    assert_eq!(s, 200);
+    lead_write(&hub, "deps", &patch_body(tasks)).await;
     let done = |id: &str| {
         json!({"mode": "patch", "ops": [{"op": "upsert", "task": {"id": id, "status": "completed"}}]}).to_string()
     };
     // One dependency completed: not yet.
-    let (s, _) = http(
-        &hub,
-        "POST",
-        "/v1/lists/deps/todo_write",
-        AS_LEAD,
-        &done("a"),
-    )
-    .await;
-    assert_eq!(s, 200);
+    lead_write(&hub, "deps", &done("a")).await;
     let claim = json!({"agent": "w", "task": "c"}).to_string();
     let (s, e) = http(&hub, "POST", "/v1/lists/deps/claim", &[], &claim).await;
     assert_eq!((s, e["code"].as_str()), (409, Some("nothing_ready")));
     // The last one: `unblocked`, and the claim succeeds.
-    let (s, _) = http(
-        &hub,
-        "POST",
-        "/v1/lists/deps/todo_write",
-        AS_LEAD,
-        &done("b"),
-    )
-    .await;
-    assert_eq!(s, 200);
+    lead_write(&hub, "deps", &done("b")).await;
     let (_, kinds) = follow(&hub, "/v1/lists/deps/events", None, |s| s.len() >= 4).await;
     let unblocked: Vec<&String> = kinds.iter().filter(|k| *k == "unblocked").collect();
     assert_eq!(unblocked.len(), 1, "{kinds:?}");
@@ -697,37 +671,29 @@ async fn slow_or_oversize_requests_are_cut_off_and_the_hub_serves_the_others() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// List `list` with a task, a sync peer in step with it, then a second write that peer
+/// has not synced: the peer's connection and replica, and the version it lacks.
+async fn a_version_one_peer_lacks(hub: &HubProc, list: &str) -> (Connection, TodoList, String) {
+    let first = patch_body(json!([{"id": "t1", "content": "Start"}]));
+    lead_write(hub, list, &first).await;
+    let mut replica = TodoList::create(actor(7));
+    let mut conn = Connection::connect(&hub.url, "reader").await.unwrap();
+    conn.sync(list_document_id(list), &mut replica)
+        .await
+        .unwrap();
+    let second = patch_body(json!([{"id": "t2", "content": "Next"}]));
+    let w = lead_write(hub, list, &second).await;
+    let v = w["snapshot"]["version"].as_str().unwrap().to_owned();
+    (conn, replica, v)
+}
+
 /// The barrier: a wait answers once every agent syncing the list holds the version, and
 /// at its timeout names those that do not.
 #[tokio::test]
 async fn a_wait_answers_when_every_connected_agent_holds_the_version() {
     let dir = scratch("http-wait");
     let hub = HubProc::start(&dir.join("hub.db"));
-    let (s, _) = http(
-        &hub,
-        "POST",
-        "/v1/lists/barrier/todo_write",
-        AS_LEAD,
-        &patch_body(json!([{"id": "t1", "content": "Start"}])),
-    )
-    .await;
-    assert_eq!(s, 200);
-    // A sync peer in step with the list.
-    let mut replica = TodoList::create(actor(7));
-    let mut conn = Connection::connect(&hub.url, "reader").await.unwrap();
-    conn.sync(list_document_id("barrier"), &mut replica)
-        .await
-        .unwrap();
-    // A write it has not synced yet.
-    let (_, w) = http(
-        &hub,
-        "POST",
-        "/v1/lists/barrier/todo_write",
-        AS_LEAD,
-        &patch_body(json!([{"id": "t2", "content": "Next"}])),
-    )
-    .await;
-    let v = w["snapshot"]["version"].as_str().unwrap().to_owned();
+    let (mut conn, mut replica, v) = a_version_one_peer_lacks(&hub, "barrier").await;
     let (s, waited) = http(
         &hub,
         "GET",
@@ -770,30 +736,7 @@ async fn waits_past_the_bound_are_refused_and_the_open_ones_still_answer() {
     use swarmtodo::hub::core::WAITS_MAX;
     let dir = scratch("http-waits-max");
     let hub = std::sync::Arc::new(HubProc::start(&dir.join("hub.db")));
-    let (_, w) = http(
-        &hub,
-        "POST",
-        "/v1/lists/many-waits/todo_write",
-        AS_LEAD,
-        &patch_body(json!([{"id": "t1", "content": "x"}])),
-    )
-    .await;
-    // A peer that never acknowledges what comes next keeps every wait open.
-    let mut replica = TodoList::create(actor(8));
-    let mut conn = Connection::connect(&hub.url, "sleeper").await.unwrap();
-    conn.sync(list_document_id("many-waits"), &mut replica)
-        .await
-        .unwrap();
-    let (_, w2) = http(
-        &hub,
-        "POST",
-        "/v1/lists/many-waits/todo_write",
-        AS_LEAD,
-        &patch_body(json!([{"id": "t2", "content": "y"}])),
-    )
-    .await;
-    let v = w2["snapshot"]["version"].as_str().unwrap().to_owned();
-    assert_ne!(w["snapshot"]["version"], w2["snapshot"]["version"]);
+    let (conn, _replica, v) = a_version_one_peer_lacks(&hub, "many-waits").await;
     let path = format!("/v1/lists/many-waits/wait?version={v}&timeout_ms=10000");
     let open: Vec<_> = (0..WAITS_MAX)
         .map(|_| {
