@@ -20,12 +20,12 @@ use super::limits::{
 };
 use super::{Commit, Conn, ConnState, Effects, HubCore, Identity};
 use crate::authority::Role;
-use crate::model::{normalize, TodoList, WriteContext};
+use crate::model::{normalize, normalize_priority, TodoList, WriteContext};
 use crate::proto::wire::{list_document_id, DocumentId};
 use crate::proto::{
-    ApiError, ClaimAnswer, ErrorCode, EventBody, PatchOp, Priority, Resolution, Rule, Snapshot,
-    Status, Task, TaskPatch, Version, WaitAnswer, WriteAnswer, WriteMode, WriteRequest,
-    WriteResult, LIST_NAME_BYTES_MAX,
+    ApiError, ClaimAnswer, ErrorCode, EventBody, PatchOp, Resolution, Rule, Snapshot, Status, Task,
+    TaskPatch, Version, WaitAnswer, WriteAnswer, WriteMode, WriteRequest, WriteResult,
+    LIST_NAME_BYTES_MAX,
 };
 
 /// A call of the JSON API, as the runtime numbers them.
@@ -123,82 +123,61 @@ pub fn api_actor(agent: &str) -> ActorId {
     ActorId::from(bytes)
 }
 
-/// Whether `task` may be claimed now: pending, unowned, and every task it waits for
-/// completed (or gone).
-fn ready(task: &Task, list: &Snapshot) -> bool {
-    task.status == Status::Pending
-        && task.owner.is_none()
-        && task.blocked_by.iter().all(|b| {
-            list.tasks
-                .iter()
-                .find(|t| &t.id == b)
-                .is_none_or(|t| t.status == Status::Completed)
-        })
-}
-
-fn rank(p: Priority) -> u8 {
-    match p {
-        Priority::High => 0,
-        Priority::Medium => 1,
-        Priority::Low => 2,
-    }
-}
-
 /// The task a claim gets: the one named, if it is ready (or already the claimer's and
 /// in progress: a repeated claim), else the first ready one by priority, then order.
-fn pick(list: &Snapshot, agent: &str, named: Option<&str>) -> Result<Task, ApiError> {
-    match named {
-        Some(id) => {
-            let Some(t) = list.tasks.iter().find(|t| t.id == id) else {
-                return Err(error(
-                    ErrorCode::UnknownTask,
-                    Some("task"),
-                    format!("no task {id:?} in this list: read it, or claim without a task to get the first ready one"),
-                ));
-            };
-            if t.owner.as_deref() == Some(agent) && t.status == Status::InProgress {
-                return Ok(t.clone());
-            }
-            if let Some(owner) = t.owner.as_deref().filter(|o| *o != agent) {
-                return Err(error(
-                    ErrorCode::Conflict,
-                    Some("task"),
-                    format!("task {id:?} is held by {owner:?}: claim another, or without a task to get the first ready one"),
-                ));
-            }
-            if t.status != Status::Pending {
-                return Err(error(
-                    ErrorCode::Conflict,
-                    Some("task"),
-                    format!(
-                        "task {id:?} is {}, not pending: only a pending task can be claimed",
-                        t.status.as_str()
-                    ),
-                ));
-            }
-            if !ready(t, list) {
-                return Err(error(
-                    ErrorCode::NothingReady,
-                    Some("task"),
-                    format!("task {id:?} waits for tasks not completed yet ({}): claim it once they are", t.blocked_by.join(", ")),
-                ));
-            }
-            Ok(t.clone())
-        }
-        None => list
-            .tasks
-            .iter()
-            .filter(|t| ready(t, list))
-            .min_by_key(|t| rank(t.priority))
-            .cloned()
+fn pick(list: &TodoList, agent: &str, named: Option<&str>) -> Result<Task, ApiError> {
+    let Some(id) = named else {
+        return list
+            .ready_tasks()
+            .filter_map(|id| list.raw_task(id).map(|raw| (id, raw)))
+            .min_by_key(|(_, raw)| normalize_priority(raw.priority.as_deref()))
+            .map(|(id, raw)| normalize(id, raw))
             .ok_or_else(|| {
                 error(
                     ErrorCode::NothingReady,
                     None,
                     "no task is ready (pending, unowned, every dependency completed): wait for an `unblocked` or `tasks_changed` event, then claim again".to_owned(),
                 )
-            }),
+            });
+    };
+    let Some(t) = list.raw_task(id).map(|raw| normalize(id, raw)) else {
+        return Err(error(
+            ErrorCode::UnknownTask,
+            Some("task"),
+            format!("no task {id:?} in this list: read it, or claim without a task to get the first ready one"),
+        ));
+    };
+    if t.owner.as_deref() == Some(agent) && t.status == Status::InProgress {
+        return Ok(t);
     }
+    if let Some(owner) = t.owner.as_deref().filter(|o| *o != agent) {
+        return Err(error(
+            ErrorCode::Conflict,
+            Some("task"),
+            format!("task {id:?} is held by {owner:?}: claim another, or without a task to get the first ready one"),
+        ));
+    }
+    if t.status != Status::Pending {
+        return Err(error(
+            ErrorCode::Conflict,
+            Some("task"),
+            format!(
+                "task {id:?} is {}, not pending: only a pending task can be claimed",
+                t.status.as_str()
+            ),
+        ));
+    }
+    if !list.is_ready(id) {
+        return Err(error(
+            ErrorCode::NothingReady,
+            Some("task"),
+            format!(
+                "task {id:?} waits for tasks not completed yet ({}): claim it once they are",
+                t.blocked_by.join(", ")
+            ),
+        ));
+    }
+    Ok(t)
 }
 
 impl HubCore {
@@ -418,7 +397,7 @@ impl HubCore {
                 });
             }
             Call::Claim(named) => {
-                let task = match pick(&doc.list.read(), &caller.agent, named.as_deref()) {
+                let task = match pick(&doc.list, &caller.agent, named.as_deref()) {
                     Ok(t) => t,
                     Err(e) => return fx.answers.push((id, Err(e))),
                 };

@@ -14,7 +14,7 @@ use super::{
     Commit, Compaction, Conn, ConnId, ConnState, DocState, Effects, HubCore, Identity, Peer,
 };
 use crate::model::sync::SentIndex;
-use crate::model::{Merge, ModelError, TodoList};
+use crate::model::{normalize_status, Merge, ModelError, TodoList};
 use crate::proto::wire::{self, DocumentId, PeerId, WireMessage};
 use crate::proto::{EventBody, Status};
 use crate::syncmsg;
@@ -346,28 +346,19 @@ impl HubCore {
 /// completed (or gone). Its cost follows the tasks the merge touched and their
 /// dependents, never the list.
 fn unblocked<'a>(list: &TodoList, merges: impl Iterator<Item = &'a Merge>) -> Vec<EventBody> {
-    let done = |t: Option<&crate::model::RawTask>| {
-        t.is_none_or(|t| t.status.as_deref() == Some(Status::Completed.as_str()))
-    };
     let mut events = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for m in merges {
         for (id, delta) in &m.tasks {
-            let was_done = delta.before.is_none() || done(delta.before.as_ref());
-            if was_done || !done(list.raw_task(id)) {
+            let was_done = delta
+                .before
+                .as_ref()
+                .is_none_or(|t| normalize_status(t.status.as_deref()) == Status::Completed);
+            if was_done || !list.is_done(id) {
                 continue;
             }
             for d in list.dependents_of(id) {
-                let Some(t) = list.raw_task(d) else { continue };
-                let pending = t
-                    .status
-                    .as_deref()
-                    .is_none_or(|s| s == Status::Pending.as_str());
-                if pending
-                    && t.owner.is_none()
-                    && t.blocked_by.iter().all(|b| done(list.raw_task(b)))
-                    && seen.insert(d.clone())
-                {
+                if list.is_ready(d) && seen.insert(d.clone()) {
                     events.push(EventBody::Unblocked {
                         task: d.clone(),
                         by: id.clone(),

@@ -5,10 +5,36 @@ use std::collections::BTreeMap;
 
 use automerge::ChangeHash;
 
-use super::{doc, normalize, RawTask, TodoList};
-use crate::proto::{ApiError, ErrorCode, Snapshot, Version};
+use super::{doc, normalize, normalize_status, RawTask, TodoList};
+use crate::proto::{ApiError, ErrorCode, Snapshot, Status, Version};
 
 impl TodoList {
+    /// Whether a dependency on task `id` is met: the task is completed, or gone.
+    pub fn is_done(&self, id: &str) -> bool {
+        self.raw_task(id)
+            .is_none_or(|t| normalize_status(t.status.as_deref()) == Status::Completed)
+    }
+
+    /// Whether task `id` can be claimed now: pending, unowned, and every task it waits
+    /// for done ([`TodoList::is_done`]) — what a claim takes and an `unblocked` event
+    /// announces. Its cost follows the task's dependencies, not the list.
+    pub fn is_ready(&self, id: &str) -> bool {
+        self.raw_task(id).is_some_and(|t| {
+            normalize_status(t.status.as_deref()) == Status::Pending
+                && t.owner.is_none()
+                && t.blocked_by.iter().all(|b| self.is_done(b))
+        })
+    }
+
+    /// The ready tasks ([`TodoList::is_ready`]), in list order.
+    pub fn ready_tasks(&self) -> impl Iterator<Item = &String> + '_ {
+        self.index
+            .order
+            .iter()
+            .map(|(_, id)| id)
+            .filter(|id| self.is_ready(id))
+    }
+
     /// `todo_read`: the tasks in order at the current version.
     pub fn read(&self) -> Snapshot {
         Snapshot {
