@@ -193,6 +193,15 @@ fn query_value(query: Option<&str>, key: &str) -> Result<Option<String>, ApiErro
     Ok(None)
 }
 
+/// The hub task is gone: the hub is stopping.
+fn stopping() -> ApiError {
+    error(
+        ErrorCode::Internal,
+        None,
+        "the hub is stopping: retry on its next start",
+    )
+}
+
 fn method_not_allowed(allowed: &[&str]) -> ApiError {
     ApiError {
         code: ErrorCode::MethodNotAllowed,
@@ -321,14 +330,14 @@ impl Api {
             (Route::List(_), _) => return Err(method_not_allowed(&["GET", "PUT"])),
             (Route::Write(name), &Method::POST) => {
                 let caller = self.caller(&req, None)?;
-                let body = body_text(req).await?;
+                let body = body_text(req.into_body()).await?;
                 let request = parse_write_request(&body)?;
                 return self.ask(caller, name, Call::Write(request)).await;
             }
             (Route::Claim(name), &Method::POST) => {
                 let (head, body) = req.into_parts();
                 let req = Request::from_parts(head, ());
-                let body = body_text_of(body).await?;
+                let body = body_text(body).await?;
                 let claim: ClaimRequest = if body.trim().is_empty() {
                     ClaimRequest::default()
                 } else {
@@ -400,30 +409,13 @@ impl Api {
                 )
             })?,
         };
-        let gone = || {
-            error(
-                ErrorCode::Internal,
-                None,
-                "the hub is stopping: retry on its next start",
-            )
-        };
         let (reply, live) = oneshot::channel();
         self.to_hub
             .send(ToHub::Subscribe { list: doc, reply })
             .await
-            .map_err(|_| gone())?;
-        let live = live.await.map_err(|_| gone())?;
-        let (reply, answer) = oneshot::channel();
-        self.to_hub
-            .send(ToHub::Call {
-                caller,
-                list: name,
-                call: Call::Read(None),
-                reply,
-            })
-            .await
-            .map_err(|_| gone())?;
-        let Answer::Snapshot(snapshot) = answer.await.map_err(|_| gone())?? else {
+            .map_err(|_| stopping())?;
+        let live = live.await.map_err(|_| stopping())?;
+        let Answer::Snapshot(snapshot) = self.answer(caller, name, Call::Read(None)).await? else {
             return Err(error(
                 ErrorCode::Internal,
                 None,
@@ -441,20 +433,25 @@ impl Api {
         Ok(r)
     }
 
-    /// Hands a call to the hub task and waits for its answer.
+    /// A call answered as the JSON body of a 200.
     async fn ask(
         &self,
         caller: Caller,
         list: String,
         call: Call,
     ) -> Result<(StatusCode, Vec<u8>), ApiError> {
-        let gone = || {
-            error(
-                ErrorCode::Internal,
-                None,
-                "the hub is stopping: retry on its next start",
-            )
+        let body = match self.answer(caller, list, call).await? {
+            Answer::Snapshot(s) => serde_json::to_vec(&s),
+            Answer::Written(w) => serde_json::to_vec(&w),
+            Answer::Claimed(c) => serde_json::to_vec(&c),
+            Answer::Waited(w) => serde_json::to_vec(&w),
         };
+        let body = body.map_err(|e| error(ErrorCode::Internal, None, e.to_string()))?;
+        Ok((StatusCode::OK, body))
+    }
+
+    /// Hands a call to the hub task and waits for the core's answer.
+    async fn answer(&self, caller: Caller, list: String, call: Call) -> Result<Answer, ApiError> {
         let (reply, answer) = oneshot::channel();
         self.to_hub
             .send(ToHub::Call {
@@ -464,15 +461,8 @@ impl Api {
                 reply,
             })
             .await
-            .map_err(|_| gone())?;
-        let body = match answer.await.map_err(|_| gone())?? {
-            Answer::Snapshot(s) => serde_json::to_vec(&s),
-            Answer::Written(w) => serde_json::to_vec(&w),
-            Answer::Claimed(c) => serde_json::to_vec(&c),
-            Answer::Waited(w) => serde_json::to_vec(&w),
-        };
-        let body = body.map_err(|e| error(ErrorCode::Internal, None, e.to_string()))?;
-        Ok((StatusCode::OK, body))
+            .map_err(|_| stopping())?;
+        answer.await.map_err(|_| stopping())?
     }
 
     /// Who reads: the token's identity (required on a hub with tokens), else anyone.
@@ -553,14 +543,10 @@ fn header<B>(req: &Request<B>, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-async fn body_text(req: Request<Incoming>) -> Result<String, ApiError> {
-    body_text_of(req.into_body()).await
-}
-
 /// A request body as text, at most [`HTTP_BODY_BYTES_MAX`] bytes, arrived
 /// within [`HTTP_BODY_TIMEOUT`] (a peer that sends its body slowly does not hold its
 /// connection longer).
-async fn body_text_of(body: Incoming) -> Result<String, ApiError> {
+async fn body_text(body: Incoming) -> Result<String, ApiError> {
     let read = tokio::time::timeout(
         HTTP_BODY_TIMEOUT,
         Limited::new(body, HTTP_BODY_BYTES_MAX).collect(),

@@ -62,9 +62,9 @@ pub(crate) async fn hub_task(
         outboxes: BTreeMap::new(),
         loaded_to,
         calls: BTreeMap::new(),
+        next_call: 0,
         streams: Streams::default(),
     };
-    let mut next_call = 0u64;
     // A message taken from the queue while gathering a batch, handled next.
     let mut stashed: Option<ToHub> = None;
     // Lists dropped from memory since the freed heap was last given back.
@@ -133,7 +133,7 @@ pub(crate) async fn hub_task(
                 list,
                 call,
                 reply,
-            } => out.call(&mut next_call, caller, list, call, reply),
+            } => out.call(caller, list, call, reply),
             ToHub::Subscribe { list, reply } => {
                 let _ = reply.send(out.streams.subscribe(list));
                 continue;
@@ -159,7 +159,7 @@ pub(crate) async fn hub_task(
                             list,
                             call,
                             reply,
-                        }) => batch.push(out.call(&mut next_call, caller, list, call, reply)),
+                        }) => batch.push(out.call(caller, list, call, reply)),
                         Ok(other) => {
                             stashed = Some(other);
                             break;
@@ -261,6 +261,8 @@ struct Relay {
     loaded_to: mpsc::WeakSender<ToHub>,
     /// Where the answers to API calls go, what each asked and when.
     calls: BTreeMap<CallId, Asked>,
+    /// The number of the last call.
+    next_call: u64,
     /// What the hub counts.
     metrics: Arc<Metrics>,
     /// The event streams' readers, told of each durable commit's events.
@@ -271,14 +273,13 @@ impl Relay {
     /// Numbers an API call, keeps where its answer goes, and makes it the core's input.
     fn call(
         &mut self,
-        next: &mut u64,
         caller: Caller,
         list: String,
         call: Call,
         reply: oneshot::Sender<Result<Answer, ApiError>>,
     ) -> Input {
-        *next += 1;
-        let id = CallId(*next);
+        self.next_call += 1;
+        let id = CallId(self.next_call);
         let kind = match &call {
             Call::Read(_) | Call::Wait(..) => Kind::Read,
             Call::Create => Kind::Create,

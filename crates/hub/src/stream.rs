@@ -22,8 +22,9 @@ use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{Event, Snapshot};
 use swarmtodo_store::{persist, Store};
 
-/// One event as a stream carries it: its `seq` and its JSON (an [`Event`]).
-pub(crate) type Live = (u64, std::sync::Arc<str>);
+/// One event as a stream carries it: its `seq` and its SSE message (made once for every
+/// reader).
+pub(crate) type Live = (u64, Bytes);
 
 /// The live events of every list some reader follows (kept by the hub task).
 #[derive(Debug, Default)]
@@ -68,7 +69,7 @@ impl Streams {
                     body: body.clone(),
                 };
                 if let Ok(json) = serde_json::to_string(&event) {
-                    let _ = tx.send((seq, json.into()));
+                    let _ = tx.send((seq, message(persist::kind(body), Some(seq), &json)));
                 }
             }
         }
@@ -110,14 +111,6 @@ fn message(kind: &str, id: Option<u64>, json: &str) -> Bytes {
     Bytes::from(m)
 }
 
-/// The kind of an event's JSON (its `kind`), for the SSE `event:` field.
-fn kind_of(json: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(json)
-        .ok()
-        .and_then(|v| v.get("kind").and_then(|t| t.as_str()).map(str::to_owned))
-        .unwrap_or_else(|| "event".to_owned())
-}
-
 async fn feed(
     store: &Store,
     doc: DocumentId,
@@ -154,10 +147,8 @@ async fn feed(
         loop {
             match live.recv().await {
                 Ok((seq, _)) if seq <= last => {}
-                Ok((seq, json)) if seq == last + 1 => {
-                    tx.send(message(&kind_of(&json), Some(seq), &json))
-                        .await
-                        .map_err(|_| gone)?;
+                Ok((seq, message)) if seq == last + 1 => {
+                    tx.send(message).await.map_err(|_| gone)?;
                     last = seq;
                 }
                 // A gap (the reader lagged, or an event it has not seen yet was

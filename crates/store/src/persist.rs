@@ -24,7 +24,8 @@ struct StoredBody<'a> {
     body: &'a swarmtodo_proto::EventBody,
 }
 
-fn kind(body: &swarmtodo_proto::EventBody) -> &'static str {
+/// The kind an event is stored (and streamed) under: its `kind` field.
+pub fn kind(body: &swarmtodo_proto::EventBody) -> &'static str {
     use swarmtodo_proto::EventBody::*;
     match body {
         TasksChanged { .. } => "tasks_changed",
