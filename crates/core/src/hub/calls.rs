@@ -89,6 +89,7 @@ pub(super) struct PendingWait {
 pub(super) struct WaitingCall {
     id: CallId,
     caller: Caller,
+    name: String,
     call: Call,
 }
 
@@ -227,60 +228,62 @@ impl HubCore {
                 if !loading {
                     fx.loads.push(doc_id);
                 }
-                waiting.push(WaitingCall { id, caller, call });
+                waiting.push(WaitingCall {
+                    id,
+                    caller,
+                    name: name.to_owned(),
+                    call,
+                });
                 return;
             }
-            match call {
-                Call::Read(_) | Call::Claim(_) | Call::Wait(..) => {
-                    return fx.answers.push((
-                        id,
-                        Err(error(
-                            ErrorCode::UnknownList,
-                            Some("list"),
-                            format!("no list is called {name:?}: create it (PUT /v1/lists/{{name}}) or write to it"),
-                        )),
-                    ));
-                }
-                Call::Create | Call::Write(_) => {
-                    if let Err(e) = self.create_for_call(now_ms, &caller, doc_id, fx) {
-                        return fx.answers.push((id, Err(e)));
-                    }
-                    if call == Call::Create {
-                        // Answered with the commit that stores it.
-                        if let (Some(c), Some(d)) = (fx.commits.last_mut(), self.docs.get(&doc_id))
-                        {
-                            c.answers.push((id, Ok(Answer::Snapshot(d.list.read()))));
-                        }
-                        return self.keep_called(now_ms, doc_id);
-                    }
-                }
+            if !self.make_absent_list(now_ms, id, &caller, name, &call, fx) {
+                return;
             }
         }
         self.decide(now_ms, id, &caller, doc_id, call, fx);
         self.keep_called(now_ms, doc_id);
     }
 
+    /// A call on list `name`, neither in memory nor stored: a read, claim or wait finds
+    /// no list (answered here); a create or write makes it first. False when answered.
+    fn make_absent_list(
+        &mut self,
+        now_ms: i64,
+        id: CallId,
+        caller: &Caller,
+        name: &str,
+        call: &Call,
+        fx: &mut Effects,
+    ) -> bool {
+        let made = match call {
+            Call::Read(_) | Call::Claim(_) | Call::Wait(..) => Err(error(
+                ErrorCode::UnknownList,
+                Some("list"),
+                format!(
+                    "no list is called {name:?}: create it (PUT /v1/lists/{{name}}) or write to it"
+                ),
+            )),
+            Call::Create | Call::Write(_) => {
+                self.create_for_call(now_ms, caller, list_document_id(name), fx)
+            }
+        };
+        match made {
+            Ok(()) => true,
+            Err(e) => {
+                fx.answers.push((id, Err(e)));
+                false
+            }
+        }
+    }
+
     /// The calls that waited for list `doc_id` to load (or for the store to say it has
     /// nothing for it).
     pub(super) fn calls_loaded(&mut self, now_ms: i64, doc_id: DocumentId, fx: &mut Effects) {
         for w in self.calls.remove(&doc_id).unwrap_or_default() {
-            let name_free = !self.docs.contains_key(&doc_id);
-            if name_free && matches!(w.call, Call::Read(_) | Call::Claim(_) | Call::Wait(..)) {
-                fx.answers.push((
-                    w.id,
-                    Err(error(
-                        ErrorCode::UnknownList,
-                        Some("list"),
-                        "no such list: create it (PUT /v1/lists/{name}) or write to it".to_owned(),
-                    )),
-                ));
+            if !self.docs.contains_key(&doc_id)
+                && !self.make_absent_list(now_ms, w.id, &w.caller, &w.name, &w.call, fx)
+            {
                 continue;
-            }
-            if name_free {
-                if let Err(e) = self.create_for_call(now_ms, &w.caller, doc_id, fx) {
-                    fx.answers.push((w.id, Err(e)));
-                    continue;
-                }
             }
             self.decide(now_ms, w.id, &w.caller, doc_id, w.call, fx);
             self.keep_called(now_ms, doc_id);
