@@ -183,11 +183,13 @@ impl Api {
         loop {
             line.clear();
             let read = match idle {
-                Some(idle) => match tokio::time::timeout(idle, stream.read_line(&mut line)).await {
-                    Ok(read) => read?,
-                    Err(_) => return Ok(()),
-                },
-                None => stream.read_line(&mut line).await?,
+                Some(idle) => {
+                    match tokio::time::timeout(idle, read_line(&mut stream, &mut line)).await {
+                        Ok(read) => read?,
+                        Err(_) => return Ok(()),
+                    }
+                }
+                None => read_line(&mut stream, &mut line).await?,
             };
             if read == 0 {
                 return Ok(());
@@ -268,10 +270,28 @@ impl Api {
     }
 }
 
+/// One line of an answer, at most [`HTTP_ANSWER_BYTES_MAX`] bytes (a longer one is an
+/// error, not a buffer that grows with whatever the other end sends).
+async fn read_line(
+    stream: &mut BufReader<TcpStream>,
+    line: &mut String,
+) -> Result<usize, HttpError> {
+    let read = (&mut *stream)
+        .take(HTTP_ANSWER_BYTES_MAX as u64)
+        .read_line(line)
+        .await?;
+    if read == HTTP_ANSWER_BYTES_MAX && !line.ends_with('\n') {
+        return Err(HttpError::Transport(format!(
+            "a line of the answer is over {HTTP_ANSWER_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(read)
+}
+
 /// The status line and headers of an answer.
 async fn read_head(stream: &mut BufReader<TcpStream>) -> Result<(u16, Vec<String>), HttpError> {
     let mut line = String::new();
-    stream.read_line(&mut line).await?;
+    read_line(stream, &mut line).await?;
     let status = line
         .split(' ')
         .nth(1)
@@ -280,7 +300,7 @@ async fn read_head(stream: &mut BufReader<TcpStream>) -> Result<(u16, Vec<String
     let mut headers = Vec::new();
     loop {
         line.clear();
-        if stream.read_line(&mut line).await? == 0 || line.trim_end().is_empty() {
+        if read_line(stream, &mut line).await? == 0 || line.trim_end().is_empty() {
             return Ok((status, headers));
         }
         headers.push(line.trim_end().to_owned());
