@@ -23,6 +23,7 @@ use swarmtodo_core::hub::{
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::ApiError;
 use swarmtodo_store::drive::{self, Io};
+use swarmtodo_store::persist;
 use swarmtodo_store::{Store, StoreError};
 
 /// The hub failed in a way that must stop it (a commit that is not durable).
@@ -311,16 +312,9 @@ impl Io for Relay {
 
     /// All the merges of a batch go to disk in one transaction.
     async fn commit(&mut self, commits: &[Commit], at_ms: i64) -> Result<Vec<Stored>, StoreError> {
-        let results =
-            swarmtodo_store::persist::commit_all(&self.store, &mut self.known, commits, at_ms)
-                .await?;
-        let stored: Vec<Stored> = results
-            .into_iter()
-            .map(|r| match r {
-                Ok(seqs) => Stored::Durable(seqs),
-                Err(e) => Stored::Refused(e.to_string()),
-            })
-            .collect();
+        let stored = persist::as_stored(
+            persist::commit_all(&self.store, &mut self.known, commits, at_ms).await?,
+        );
         self.streams.publish(commits, &stored, at_ms);
         self.metrics.committed(
             commits
@@ -336,11 +330,7 @@ impl Io for Relay {
         // A failed compaction loses nothing (the changes stay); log and go on.
         if let Err(e) = self
             .store
-            .compact(
-                swarmtodo_store::persist::doc_id(&c.doc),
-                c.snapshot,
-                c.heads,
-            )
+            .compact(persist::doc_id(&c.doc), c.snapshot, c.heads)
             .await
         {
             tracing::warn!(doc = %c.doc, error = %e, "compaction failed");
@@ -358,7 +348,7 @@ impl Io for Relay {
         if let Some(to_hub) = self.loaded_to.upgrade() {
             let store = self.store.clone();
             tokio::spawn(async move {
-                let loaded = swarmtodo_store::persist::load(&store, doc, actor).await;
+                let loaded = persist::load(&store, doc, actor).await;
                 let _ = to_hub.send(ToHub::Loaded(doc, Box::new(loaded))).await;
             });
         }

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use automerge::ActorId;
 
 use crate::{Batch, ChangeRecord, Db, DocId, NewEvent, Store, StoreError};
-use swarmtodo_core::hub::{Commit, HubCore, StoredList};
+use swarmtodo_core::hub::{Commit, HubCore, Stored, StoredList};
 use swarmtodo_core::model::TodoList;
 use swarmtodo_proto::wire::DocumentId;
 
@@ -53,6 +53,17 @@ pub async fn commit_all(
 ) -> Result<Vec<Answer>, StoreError> {
     let prepared = Prepared::new(known, commits, now_ms);
     store.call(move |db| prepared.store(db)).await
+}
+
+/// The answers of [`commit_all`] as the core takes them ([`HubCore::committed`]).
+pub fn as_stored(answers: Vec<Answer>) -> Vec<Stored> {
+    answers
+        .into_iter()
+        .map(|r| match r {
+            Ok(seqs) => Stored::Durable(seqs),
+            Err(e) => Stored::Refused(e.to_string()),
+        })
+        .collect()
 }
 
 /// [`commit_all`] on a synchronous [`Db`], for code without a runtime (the

@@ -100,18 +100,18 @@ impl Sim<'_> {
             persist::commit_all_sync(&mut self.db, &mut self.known, &prev, at_ms)?;
             return Ok(vec![Stored::Durable(Vec::new()); self.held.len()]);
         }
-        let results = persist::commit_all_sync(&mut self.db, &mut self.known, &commits, at_ms)?;
-        Ok(commits
-            .iter()
-            .zip(results)
-            .map(|(commit, r)| match r {
-                Ok(seqs) => {
-                    self.delivery.durable(commit, &seqs);
-                    Stored::Durable(seqs)
-                }
-                Err(e) => Stored::Refused(e.to_string()),
-            })
-            .collect())
+        let stored = persist::as_stored(persist::commit_all_sync(
+            &mut self.db,
+            &mut self.known,
+            &commits,
+            at_ms,
+        )?);
+        for (commit, s) in commits.iter().zip(&stored) {
+            if let Stored::Durable(seqs) = s {
+                self.delivery.durable(commit, seqs);
+            }
+        }
+        Ok(stored)
     }
 
     pub(super) fn crash(&mut self) -> Result<(), SimError> {
