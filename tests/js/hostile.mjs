@@ -1,11 +1,13 @@
-// A hostile automerge-repo peer for swarmtodo's tests (tests/hub/hostile_peers.rs): a real
-// `@automerge/automerge-repo` client that writes what no honest client would.
+// A hostile automerge-repo peer for swarmtodo's tests (tests/hub/hostile_peers.rs): a
+// real `@automerge/automerge-repo` client that writes what no honest client would.
 //
 //   node hostile.mjs WS_URL DOC_ID MODE [N]
 //
 // Finds the list DOC_ID on the hub at WS_URL (it must exist), registers its actor as
-// agent $HOSTILE_AGENT (default "mallory"; the agent its token names, if it has one), makes MODE's change, waits until the hub has answered since and then
-// been quiet for SETTLE_MS (its repairs and events have arrived), and prints what it then reads as JSON: {"tasks": {id: task}, "agents": {...}}.
+// agent $HOSTILE_AGENT (default "mallory"; the agent its token names, if it has one),
+// makes MODE's change, waits until the hub has answered since and then been quiet for
+// SETTLE_MS (its repairs and events have arrived), and prints what it then reads as
+// JSON: {"tasks": {id: task}, "agents": {...}}.
 //
 // MODE:
 //   wide N        N tasks with 30-character ids, all in_progress for owner "bob"

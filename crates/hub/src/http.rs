@@ -56,8 +56,9 @@ pub(crate) struct Api {
 type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
 /// Whether a connection's first request is for the JSON API (its path starts with
-/// `/v1/`, or is `/healthz` or `/metrics`) rather than a WebSocket upgrade, read without consuming it.
-/// `None` when the connection closed or sent nothing recognisable in time.
+/// `/v1/`, or is `/healthz` or `/metrics`) rather than a WebSocket upgrade, read
+/// without consuming it. `None` when the connection closed or sent nothing recognisable
+/// in time.
 pub(crate) async fn is_api(stream: &TcpStream) -> Option<bool> {
     // "OPTIONS /healthz" is the longest prefix that decides.
     const DECIDES: usize = 24;

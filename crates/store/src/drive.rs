@@ -6,10 +6,10 @@
 //! and isolates a list whose commit the store refused; then the snapshots are stored,
 //! the sync messages sent, then the event frames, then relays, closes and the answers
 //! to API calls; a peer too far behind to take a frame is closed and the core is told
-//! it is gone; last, the lists the core asked for are loaded. A runtime supplies the I/O through [`Io`]: the
-//! server with its SQLite thread and WebSocket outboxes, the simulator with a SQLite
-//! file and its simulated network — so what the simulator checks is what the server
-//! does.
+//! it is gone; last, the lists the core asked for are loaded. A runtime supplies the
+//! I/O through [`Io`]: the server with its SQLite thread and WebSocket outboxes, the
+//! simulator with a SQLite file and its simulated network — so what the simulator
+//! checks is what the server does.
 
 use std::collections::VecDeque;
 
