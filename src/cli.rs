@@ -1,6 +1,6 @@
-//! The commands that reach a hub's JSON API (`read`, `write`, `claim`, `events`), for
-//! people and shell-driven agents. Hub, token and agent come from flags or
-//! `SWARMTODO_HUB`, `SWARMTODO_TOKEN`, `SWARMTODO_AGENT`.
+//! The commands that reach a hub's JSON API (`lists`, `read`, `write`, `claim`, `wait`,
+//! `events`), for people and shell-driven agents. Hub, token and agent come from flags
+//! or `SWARMTODO_HUB`, `SWARMTODO_TOKEN`, `SWARMTODO_AGENT`.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -36,6 +36,12 @@ pub(crate) struct HubArgs {
 /// The API commands.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum ApiCommand {
+    /// Print every list of the hub: its name, tasks by status and version (with
+    /// `--json`, one JSON array of them).
+    Lists {
+        #[command(flatten)]
+        hub: HubArgs,
+    },
     /// Print a list: a checklist, or its snapshot as JSON.
     Read {
         /// The list.
@@ -125,7 +131,8 @@ pub(crate) fn run(cmd: ApiCommand) -> i32 {
         }
     };
     let json = match &cmd {
-        ApiCommand::Read { hub, .. }
+        ApiCommand::Lists { hub }
+        | ApiCommand::Read { hub, .. }
         | ApiCommand::Write { hub, .. }
         | ApiCommand::Claim { hub, .. }
         | ApiCommand::Wait { hub, .. }
@@ -209,6 +216,35 @@ fn read_file(path: &PathBuf) -> Result<serde_json::Value, HttpError> {
 /// Runs a command; false when it did not get what it asked (a wait that timed out).
 async fn call(cmd: ApiCommand) -> Result<bool, HttpError> {
     match cmd {
+        ApiCommand::Lists { hub } => {
+            let api = api(&hub)?;
+            let mut lists = Vec::new();
+            let mut after = None;
+            loop {
+                let page = api.lists(after.as_deref()).await?;
+                lists.extend(page.lists);
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            if hub.json {
+                print_json(&lists);
+            } else {
+                for l in &lists {
+                    let t = &l.tasks;
+                    println!(
+                        "{}  {} pending, {} in progress, {} completed, {} cancelled, {} blocked",
+                        l.name.as_deref().unwrap_or(&l.document),
+                        t.pending,
+                        t.in_progress,
+                        t.completed,
+                        t.cancelled,
+                        t.blocked
+                    );
+                }
+            }
+        }
         ApiCommand::Read { list, version, hub } => {
             let s = api(&hub)?.read(&list, version.as_deref()).await?;
             if hub.json {

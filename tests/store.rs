@@ -13,10 +13,12 @@ use std::sync::{Arc, Barrier};
 use automerge::{transaction::Transactable, ActorId, Automerge, ReadDoc, ROOT};
 use serde_json::json;
 use swarmtodo::authority::{Authority, Policy, Roles};
+use swarmtodo::hub::wire::DocumentId;
 use swarmtodo::model::{parse_write_request, TodoList, WriteContext};
+use swarmtodo::proto::{TaskCounts, Version};
 use swarmtodo::store::{
-    Batch, ChangeRecord, Db, DocId, NewEvent, Store, StoreError, StoredEvent,
-    REPORTED_KEY_BYTES_MAX, SCHEMA_VERSION, STORE_QUEUE_MAX,
+    Batch, ChangeRecord, Db, DocId, NewEvent, Store, StoreError, StoredEvent, Summary,
+    LISTS_PAGE_MAX, REPORTED_KEY_BYTES_MAX, SCHEMA_VERSION, STORE_QUEUE_MAX,
 };
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -200,6 +202,140 @@ fn lists_are_found_by_name_and_by_doc_id() {
     assert_eq!(db.load(a).unwrap(), None);
 }
 
+/// `GET /v1/lists` reads this: every list in order of its key, a page of at most
+/// `LISTS_PAGE_MAX`, each with what its last commit left (its name once an API call
+/// named it, its version and tasks by status).
+#[test]
+fn lists_are_paged_in_key_order_with_what_their_last_commit_left() {
+    let dir = TempDir::new("lists");
+    let mut db = Db::open(dir.file()).unwrap();
+    for i in 0..=LISTS_PAGE_MAX {
+        let id = DocId([
+            (i >> 8) as u8,
+            i as u8,
+            9,
+            9,
+            9,
+            9,
+            9,
+            9,
+            9,
+            9,
+            9,
+            9,
+            9,
+            9,
+            9,
+            9,
+        ]);
+        db.create_or_get_list(&format!("list-{i:05}"), id).unwrap();
+    }
+    // A list made by sync is stored under its document id, until an API call names it.
+    let synced = DocumentId::from_bytes([3; 16]);
+    let doc = DocId([3; 16]);
+    db.create_or_get_list(&synced.to_string(), doc).unwrap();
+    let summary = |name: Option<&str>, pending: u64| Summary {
+        name: name.map(str::to_owned),
+        version: Version("v-1".into()),
+        tasks: TaskCounts {
+            pending,
+            in_progress: 1,
+            ..TaskCounts::default()
+        },
+    };
+    let commit = |db: &mut Db, s: Summary| {
+        let batch = Batch {
+            summary: Some(s),
+            ..Batch::default()
+        };
+        db.commit_merge(doc, &batch).unwrap();
+    };
+    commit(&mut db, summary(None, 2));
+    let find = |page: &swarmtodo::proto::ListsPage| {
+        page.lists
+            .iter()
+            .find(|l| l.document == synced.to_string())
+            .cloned()
+    };
+    let all = |db: &Db| {
+        let mut lists = Vec::new();
+        let mut after: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let page = db.lists(after.as_deref(), LISTS_PAGE_MAX).unwrap();
+            assert!(page.lists.len() <= LISTS_PAGE_MAX);
+            pages += 1;
+            lists.extend(page.lists.clone());
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        (lists, pages)
+    };
+    let (lists, pages) = all(&db);
+    assert_eq!((lists.len(), pages), (LISTS_PAGE_MAX + 2, 2));
+    let keys: Vec<String> = lists
+        .iter()
+        .map(|l| l.name.clone().unwrap_or_else(|| l.document.clone()))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted, "in key order");
+    let first = db.lists(None, LISTS_PAGE_MAX).unwrap();
+    assert_eq!(first.lists.len(), LISTS_PAGE_MAX);
+    assert_eq!(
+        first.next.as_deref(),
+        Some(keys[LISTS_PAGE_MAX - 1].as_str())
+    );
+    let unnamed = lists
+        .iter()
+        .find(|l| l.document == synced.to_string())
+        .unwrap();
+    assert_eq!(unnamed.name, None);
+    assert_eq!(unnamed.version, Some(Version("v-1".into())));
+    assert_eq!((unnamed.tasks.pending, unnamed.tasks.in_progress), (2, 1));
+    // A list nothing was committed to yet has no version.
+    let bare = lists
+        .iter()
+        .find(|l| l.name.as_deref() == Some("list-00000"))
+        .unwrap();
+    assert_eq!((&bare.version, bare.tasks), (&None, TaskCounts::default()));
+
+    // Named by a call: the name stays, and a second name for it is ignored.
+    commit(&mut db, summary(Some("sprint"), 3));
+    commit(&mut db, summary(Some("other"), 4));
+    let named = find(&db.lists(Some("sprint\u{0}"), 10).unwrap());
+    assert_eq!(named, None, "after its key");
+    let named = find(&db.lists(Some("sprinp"), 10).unwrap()).unwrap();
+    assert_eq!(named.name.as_deref(), Some("sprint"));
+    assert_eq!(named.tasks.pending, 4);
+}
+
+/// A file of schema 1 (before the list index) opens with its lists, without a version
+/// until their next commit.
+#[test]
+fn a_schema_1_file_is_migrated_and_keeps_its_lists() {
+    let dir = TempDir::new("migrate");
+    let mut db = Db::open(dir.file()).unwrap();
+    db.create_or_get_list("old", doc_id(4, 4)).unwrap();
+    drop(db);
+    let c = rusqlite::Connection::open(dir.file()).unwrap();
+    c.execute_batch(
+        "ALTER TABLE lists DROP COLUMN version; ALTER TABLE lists DROP COLUMN pending; \
+         ALTER TABLE lists DROP COLUMN in_progress; ALTER TABLE lists DROP COLUMN completed; \
+         ALTER TABLE lists DROP COLUMN cancelled; ALTER TABLE lists DROP COLUMN blocked; \
+         PRAGMA user_version = 1;",
+    )
+    .unwrap();
+    drop(c);
+    let db = Db::open(dir.file()).unwrap();
+    let page = db.lists(None, 10).unwrap();
+    assert_eq!(page.lists.len(), 1);
+    assert_eq!(page.lists[0].name.as_deref(), Some("old"));
+    assert_eq!(page.lists[0].version, None);
+}
+
 #[test]
 fn files_of_a_newer_schema_or_of_another_program_are_refused() {
     /// `(how the file is prepared, expected error code)`.
@@ -302,6 +438,7 @@ fn crash_child() {
             changes: vec![change],
             events: vec![event(i)],
             reported: vec![format!("r{i:06}")],
+            summary: None,
         };
         assert_eq!(db.commit_merge(id, &batch).unwrap().seqs, vec![i + 1]);
         if (i + 1) % CRASH_COMPACT_EVERY == 0 {
@@ -600,6 +737,7 @@ fn a_failed_commit_leaves_nothing_behind() {
         changes: vec![put(doc, &format!("k{i}"), i as i64)],
         events,
         reported: vec![key.to_owned()],
+        summary: None,
     };
     db.commit_merge(id, &batch(&mut doc, 0, vec![event(0)], "r0"))
         .unwrap();
@@ -666,6 +804,7 @@ async fn the_async_store_serves_a_runtime_and_applies_backpressure() {
                 changes: vec![change],
                 events: vec![event(0)],
                 reported: vec!["r0".into()],
+                summary: None,
             },
         )
         .await

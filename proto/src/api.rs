@@ -57,3 +57,46 @@ pub struct ClaimAnswer {
     /// The list's version after the claim.
     pub version: Version,
 }
+
+/// How many tasks of a list stand at each status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskCounts {
+    /// `pending` tasks.
+    pub pending: u64,
+    /// `in_progress` tasks.
+    pub in_progress: u64,
+    /// `completed` tasks.
+    pub completed: u64,
+    /// `cancelled` tasks.
+    pub cancelled: u64,
+    /// `blocked` tasks.
+    pub blocked: u64,
+}
+
+/// One list in `GET /v1/lists`: as its last durable change left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSummary {
+    /// The name the list is called by in the API (`null` for a list only ever reached
+    /// by its automerge-repo document id, e.g. one a JS peer created).
+    pub name: Option<String>,
+    /// Its automerge-repo document id.
+    pub document: String,
+    /// Its version (`null` for a list stored by a hub older than the list index, until
+    /// its next change).
+    pub version: Option<Version>,
+    /// Its tasks by status.
+    pub tasks: TaskCounts,
+}
+
+/// The answer to `GET /v1/lists[?after=NAME]`: lists in order of their key (the name,
+/// or the document id of a list without one), at most `LISTS_PAGE_MAX` per page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListsPage {
+    /// The lists of this page.
+    pub lists: Vec<ListSummary>,
+    /// Where the next page starts (`?after=` this); `null` on the last page.
+    pub next: Option<String>,
+}

@@ -29,6 +29,9 @@ pub const WRITE_OPS_MAX: usize = LIST_TASKS_MAX;
 pub const EXPLANATION_BYTES_MAX: usize = 1024;
 /// Longest list name, in bytes (a list's document id is a hash of its name).
 pub const LIST_NAME_BYTES_MAX: usize = 256;
+/// Most lists in one page of `GET /v1/lists` (`next` says where the following page
+/// starts).
+pub const LISTS_PAGE_MAX: usize = 1000;
 
 // The automerge-repo wire messages (proto/src/wire.rs).
 

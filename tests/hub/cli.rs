@@ -1,5 +1,6 @@
 //! The API commands of the `swarmtodo` binary against a real hub, as a shell script
-//! would run them: `write`, `read`, `claim`, `wait`, `events`, their exit codes and output.
+//! would run them: `write`, `read`, `claim`, `wait`, `events`, `lists`, their exit codes
+//! and output.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -119,6 +120,18 @@ fn a_shell_script_writes_reads_claims_and_follows_a_list() {
     let o = cli(&hub, "anyone", &["events", "board", "--from", "2"], "");
     let first: Value = serde_json::from_str(stdout(&o).lines().nth(1).unwrap()).unwrap();
     assert_eq!(first["seq"], 3);
+
+    // Every list of the hub, as text and as JSON.
+    let o = cli(&hub, "anyone", &["lists"], "");
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        stdout(&o),
+        "board  2 pending, 1 in progress, 0 completed, 0 cancelled, 0 blocked\n"
+    );
+    let o = cli(&hub, "anyone", &["lists", "--json"], "");
+    let lists: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(lists[0]["name"], "board");
+    assert_eq!(lists[0]["tasks"]["in_progress"], 1);
     drop(hub);
 
     // No hub: exit 3.

@@ -165,6 +165,116 @@ async fn a_list_is_created_read_and_written_over_http_and_sync_peers_share_it() 
 }
 
 #[tokio::test]
+async fn every_list_is_listed_with_its_tasks_by_status_and_its_version() {
+    let dir = scratch("http-lists");
+    let db = dir.join("hub.db");
+    let hub = HubProc::start(&db);
+    let (s, _) = http(&hub, "PUT", "/v1/lists/alpha", AS_LEAD, "").await;
+    assert_eq!(s, 200);
+    let statuses = json!([
+        {"id": "t1", "content": "Pending"},
+        {"id": "t2", "content": "Working", "status": "in_progress", "owner": "w1"},
+        {"id": "t3", "content": "Done", "status": "completed"},
+        {"id": "t4", "content": "Dropped", "status": "cancelled"},
+        {"id": "t5", "content": "Stuck", "status": "blocked"},
+        {"id": "t6", "content": "Next"},
+    ]);
+    let written = lead_write(&hub, "beta", &patch_body(statuses)).await;
+    // A Rust sync peer makes a list by its name's document id: the hub learns the name
+    // at the first API call that uses it.
+    let mut replica = TodoList::create(actor(9));
+    replica
+        .write(
+            &patch(vec![upsert(task("g1", "Synced"))]),
+            &swarmtodo::model::WriteContext::new("peer", 1, 1),
+        )
+        .unwrap();
+    let mut conn = Connection::connect(&hub.url, "peer").await.unwrap();
+    conn.sync(list_document_id("gamma"), &mut replica)
+        .await
+        .unwrap();
+
+    let listed = |page: &Value, key: &str| -> Value {
+        page["lists"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == json!(key) || l["document"] == json!(key))
+            .cloned()
+            .unwrap_or_else(|| panic!("{key} is not in {page}"))
+    };
+    let counts = |l: &Value| -> Vec<u64> {
+        [
+            "pending",
+            "in_progress",
+            "completed",
+            "cancelled",
+            "blocked",
+        ]
+        .iter()
+        .map(|k| l["tasks"][k].as_u64().unwrap())
+        .collect()
+    };
+    let (s, page) = http(&hub, "GET", "/v1/lists", &[], "").await;
+    assert_eq!(s, 200, "{page}");
+    assert_eq!(page["next"], Value::Null);
+    assert_eq!(page["lists"].as_array().unwrap().len(), 3, "{page}");
+    assert_eq!(counts(&listed(&page, "alpha")), [0, 0, 0, 0, 0]);
+    let beta = listed(&page, "beta");
+    assert_eq!(counts(&beta), [2, 1, 1, 1, 1]);
+    assert_eq!(beta["version"], written["snapshot"]["version"]);
+    assert_eq!(
+        beta["document"].as_str(),
+        Some(list_document_id("beta").to_string().as_str())
+    );
+    let gamma = listed(&page, &list_document_id("gamma").to_string());
+    assert_eq!(
+        (&gamma["name"], counts(&gamma)),
+        (&Value::Null, vec![1, 0, 0, 0, 0])
+    );
+
+    // A claim moves the counts; a write through the API names gamma.
+    let (s, claimed) = http(
+        &hub,
+        "POST",
+        "/v1/lists/beta/claim",
+        &[],
+        r#"{"agent": "w2"}"#,
+    )
+    .await;
+    assert_eq!(
+        (s, &claimed["task"]["id"]),
+        (200, &json!("t1")),
+        "{claimed}"
+    );
+    lead_write(
+        &hub,
+        "gamma",
+        &patch_body(json!([{"id": "g2", "content": "Named"}])),
+    )
+    .await;
+    let (_, page) = http(&hub, "GET", "/v1/lists", &[], "").await;
+    assert_eq!(counts(&listed(&page, "beta")), [1, 2, 1, 1, 1]);
+    assert_eq!(counts(&listed(&page, "gamma")), [2, 0, 0, 0, 0]);
+    assert_eq!(
+        listed(&page, "beta")["version"],
+        claimed["version"],
+        "the version a claim answered"
+    );
+
+    // The index is stored: a restarted hub lists the same, without loading a list.
+    drop(conn);
+    drop(hub);
+    let hub = HubProc::start(&db);
+    let (_, again) = http(&hub, "GET", "/v1/lists", &[], "").await;
+    assert_eq!(again, page);
+    let (s, refused) = http(&hub, "POST", "/v1/lists", AS_LEAD, "{}").await;
+    assert_eq!((s, &refused["code"]), (405, &json!("method_not_allowed")));
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn compare_and_set_refuses_a_moved_list_and_a_stale_replace_keeps_what_others_added() {
     let dir = scratch("http-cas");
     let hub = HubProc::start(&dir.join("hub.db"));

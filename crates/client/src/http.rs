@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 
 use crate::limits::{HTTP_ANSWER_BYTES_MAX, HTTP_TIMEOUT};
 use swarmtodo_proto::{
-    ApiError, ClaimAnswer, ClaimRequest, Event, Snapshot, WaitAnswer, WriteAnswer,
+    ApiError, ClaimAnswer, ClaimRequest, Event, ListsPage, Snapshot, WaitAnswer, WriteAnswer,
 };
 
 /// Why a call failed.
@@ -101,6 +101,16 @@ impl Api {
     pub fn agent(mut self, agent: impl Into<String>) -> Api {
         self.agent = Some(agent.into());
         self
+    }
+
+    /// One page of the hub's lists, from the start or after key `after` (a page's
+    /// `next`).
+    pub async fn lists(&self, after: Option<&str>) -> Result<ListsPage, HttpError> {
+        let mut path = "/v1/lists".to_owned();
+        if let Some(a) = after {
+            path.push_str(&format!("?after={}", encode(a)));
+        }
+        self.json("GET", &path, "").await
     }
 
     /// The list now, or at `version`.

@@ -4,6 +4,7 @@
 //! without tokens a caller says who it is in `X-Swarmtodo-Agent`.
 //!
 //! - `GET /healthz`; `GET /metrics` (Prometheus text)
+//! - `GET /v1/lists[?after=KEY]` — every list: name, version, tasks by status
 //! - `PUT /v1/lists/{name}` — create (idempotent); `GET /v1/lists/{name}[?version=V]`
 //! - `POST /v1/lists/{name}/todo_write` — a `todo_write` request
 //! - `POST /v1/lists/{name}/claim` — `{agent?, task?}`
@@ -30,6 +31,7 @@ use crate::limits::{
 use swarmtodo_core::hub::{Answer, Call, Caller};
 use swarmtodo_proto::{
     parse_write_request, ApiError, ClaimRequest, ErrorCode, Version, AGENT_ID_BYTES_MAX,
+    LISTS_PAGE_MAX,
 };
 
 /// How long a wait waits when the call does not say (ms).
@@ -217,6 +219,7 @@ fn method_not_allowed(allowed: &[&str]) -> ApiError {
 enum Route {
     Health,
     Metrics,
+    Lists,
     List(String),
     Write(String),
     Claim(String),
@@ -231,11 +234,14 @@ fn route(path: &str) -> Result<Route, ApiError> {
     if path == "/metrics" {
         return Ok(Route::Metrics);
     }
+    if path == "/v1/lists" || path == "/v1/lists/" {
+        return Ok(Route::Lists);
+    }
     let not_found = || {
         error(
             ErrorCode::NotFound,
             None,
-            format!("no such path {path:?}: the API has /healthz, /metrics, /v1/lists/{{name}}, and under it /todo_write, /claim, /wait and /events"),
+            format!("no such path {path:?}: the API has /healthz, /metrics, /v1/lists, /v1/lists/{{name}}, and under it /todo_write, /claim, /wait and /events"),
         )
     };
     let rest = path.strip_prefix("/v1/lists/").ok_or_else(not_found)?;
@@ -322,7 +328,23 @@ impl Api {
             (Route::Health, &Method::GET) => {
                 return Ok((StatusCode::OK, br#"{"status":"ok"}"#.to_vec()));
             }
-            (Route::Health | Route::Metrics, _) => return Err(method_not_allowed(&["GET"])),
+            (Route::Lists, &Method::GET) => {
+                self.reader(&req)?;
+                let after = query_value(req.uri().query(), "after")?;
+                let page = self.store.lists(after, LISTS_PAGE_MAX).await.map_err(|e| {
+                    error(
+                        ErrorCode::Internal,
+                        None,
+                        format!("the store could not list the lists ({e}): retry"),
+                    )
+                })?;
+                let body = serde_json::to_vec(&page)
+                    .map_err(|e| error(ErrorCode::Internal, None, e.to_string()))?;
+                return Ok((StatusCode::OK, body));
+            }
+            (Route::Health | Route::Metrics | Route::Lists, _) => {
+                return Err(method_not_allowed(&["GET"]))
+            }
             (Route::List(name), &Method::GET) => {
                 let version = query_value(req.uri().query(), "version")?.map(Version);
                 (name, Call::Read(version))

@@ -9,8 +9,11 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBe
 use super::record::check_len;
 use super::{
     schema, Batch, ChangeRecord, Commit, DocId, ListInfo, Loaded, NewEvent, StoreError,
-    StoredEvent, EVENTS_PAGE_MAX, LIST_NAME_BYTES_MAX, SNAPSHOT_BYTES_MAX, SNAPSHOT_HEADS_MAX,
+    StoredEvent, EVENTS_PAGE_MAX, LISTS_PAGE_MAX, LIST_NAME_BYTES_MAX, SNAPSHOT_BYTES_MAX,
+    SNAPSHOT_HEADS_MAX,
 };
+use swarmtodo_proto::wire::DocumentId;
+use swarmtodo_proto::{ListSummary, ListsPage, TaskCounts, Version};
 
 /// Bytes of one change hash.
 const HASH_BYTES: usize = 32;
@@ -98,6 +101,42 @@ impl Db {
             out.push(DocId(r?));
         }
         Ok(out)
+    }
+
+    /// A page of the lists, in order of their key (the name API calls use, else the
+    /// document id): at most `limit` (and [`LISTS_PAGE_MAX`]) lists after key `after`.
+    pub fn lists(&self, after: Option<&str>, limit: usize) -> Result<ListsPage, StoreError> {
+        let limit = limit.min(LISTS_PAGE_MAX);
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT name, doc_id, version, pending, in_progress, completed, cancelled, blocked \
+             FROM lists WHERE name > ?1 ORDER BY name LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![after.unwrap_or(""), int(limit + 1)], |r| {
+            let name: String = r.get(0)?;
+            let doc = DocumentId::from_bytes(r.get(1)?).to_string();
+            Ok(ListSummary {
+                name: (name != doc).then_some(name),
+                document: doc,
+                version: r.get::<_, Option<String>>(2)?.map(Version),
+                tasks: TaskCounts {
+                    pending: unsigned(r.get(3)?, 3)?,
+                    in_progress: unsigned(r.get(4)?, 4)?,
+                    completed: unsigned(r.get(5)?, 5)?,
+                    cancelled: unsigned(r.get(6)?, 6)?,
+                    blocked: unsigned(r.get(7)?, 7)?,
+                },
+            })
+        })?;
+        let mut lists = rows.collect::<Result<Vec<_>, _>>()?;
+        let next = if lists.len() > limit {
+            lists.truncate(limit);
+            lists
+                .last()
+                .map(|l| l.name.clone().unwrap_or_else(|| l.document.clone()))
+        } else {
+            None
+        };
+        Ok(ListsPage { lists, next })
     }
 
     /// The list with document id `doc`.
@@ -391,6 +430,32 @@ fn merge_in(tx: &Transaction<'_>, doc: DocId, batch: &Batch) -> Result<Commit, S
         )?
         .execute(params![list, int(added), int(added_bytes)])?;
     }
+    if let Some(s) = &batch.summary {
+        let t = &s.tasks;
+        tx.prepare_cached(
+            "UPDATE lists SET version = ?2, pending = ?3, in_progress = ?4, completed = ?5, \
+             cancelled = ?6, blocked = ?7 WHERE id = ?1",
+        )?
+        .execute(params![
+            list,
+            s.version.0,
+            int64(t.pending),
+            int64(t.in_progress),
+            int64(t.completed),
+            int64(t.cancelled),
+            int64(t.blocked)
+        ])?;
+        if let Some(name) = &s.name {
+            // A list made by sync is stored under its document id until an API call
+            // names it; a name some other list holds already is left as it is.
+            tx.prepare_cached("UPDATE OR IGNORE lists SET name = ?2 WHERE id = ?1 AND name = ?3")?
+                .execute(params![
+                    list,
+                    name,
+                    DocumentId::from_bytes(doc.0).to_string()
+                ])?;
+        }
+    }
     let mut seqs = Vec::with_capacity(batch.events.len());
     if !batch.events.is_empty() {
         let last: i64 = tx
@@ -452,6 +517,11 @@ fn list_info(
 
 /// A count or size for SQLite (all of ours are far below `i64::MAX`).
 fn int(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A count for SQLite.
+fn int64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 

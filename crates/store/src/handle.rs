@@ -190,6 +190,15 @@ impl Store {
             .await
     }
 
+    /// [`Db::lists`].
+    pub async fn lists(
+        &self,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<swarmtodo_proto::ListsPage, StoreError> {
+        self.call(move |db| db.lists(after.as_deref(), limit)).await
+    }
+
     /// [`Db::reported`].
     pub async fn reported(&self, doc: DocId) -> Result<Vec<String>, StoreError> {
         self.call(move |db| db.reported(doc)).await

@@ -45,6 +45,7 @@
 //!     changes: vec![ChangeRecord::from_change(&change)],
 //!     events: vec![NewEvent::new("tasks_changed", &serde_json::json!({"tasks": []})).unwrap()],
 //!     reported: vec!["schema:t1".to_owned()],
+//!     summary: None,
 //! };
 //! let commit = db.commit_merge(doc_id, &batch).unwrap();
 //! assert_eq!(commit.seqs, vec![1]);
@@ -71,10 +72,12 @@ pub use self::db::Db;
 pub use self::handle::Store;
 pub use self::limits::{
     BATCH_BYTES_MAX, BATCH_ITEMS_MAX, CHANGE_BYTES_MAX, EVENTS_PAGE_MAX, EVENT_BYTES_MAX,
-    EVENT_KIND_BYTES_MAX, LIST_NAME_BYTES_MAX, REPORTED_KEY_BYTES_MAX, SNAPSHOT_BYTES_MAX,
-    SNAPSHOT_HEADS_MAX, STORE_BUSY_TIMEOUT_MS, STORE_QUEUE_MAX,
+    EVENT_KIND_BYTES_MAX, LISTS_PAGE_MAX, LIST_NAME_BYTES_MAX, REPORTED_KEY_BYTES_MAX,
+    SNAPSHOT_BYTES_MAX, SNAPSHOT_HEADS_MAX, STORE_BUSY_TIMEOUT_MS, STORE_QUEUE_MAX,
 };
-pub use self::record::{Batch, ChangeRecord, Commit, ListInfo, Loaded, NewEvent, StoredEvent};
+pub use self::record::{
+    Batch, ChangeRecord, Commit, ListInfo, Loaded, NewEvent, StoredEvent, Summary,
+};
 pub use self::schema::{APPLICATION_ID, SCHEMA_VERSION};
 
 /// The automerge-repo document id of a list: 16 bytes. Shown as automerge-repo shows it

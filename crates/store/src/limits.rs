@@ -19,6 +19,9 @@ pub const LIST_NAME_BYTES_MAX: usize = 256;
 /// stored change can be sent again.
 pub use swarmtodo_core::limits::CHANGE_BYTES_MAX;
 
+/// Most lists [`Db::lists`](crate::Db::lists) returns at once (a page of `GET /v1/lists`).
+pub use swarmtodo_proto::LISTS_PAGE_MAX;
+
 /// Largest snapshot (a saved whole document), in bytes.
 pub const SNAPSHOT_BYTES_MAX: usize = 256 * 1024 * 1024;
 

@@ -147,6 +147,7 @@ fn batch(commit: &Commit, now_ms: i64) -> Result<Batch, StoreError> {
             .collect(),
         events,
         reported: commit.reported.clone(),
+        summary: commit.summary.clone(),
     })
 }
 
@@ -241,6 +242,7 @@ mod tests {
             events: Vec::new(),
             reported: vec![key],
             answers: Vec::new(),
+            summary: None,
         }
     }
 

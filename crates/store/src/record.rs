@@ -2,6 +2,7 @@
 
 use automerge::{Automerge, Change, ChangeHash};
 use serde::Serialize;
+pub use swarmtodo_core::hub::Summary;
 
 use super::{
     DocId, StoreError, BATCH_BYTES_MAX, BATCH_ITEMS_MAX, CHANGE_BYTES_MAX, EVENT_BYTES_MAX,
@@ -113,12 +114,18 @@ pub struct Batch {
     /// Reported keys ([`swarmtodo_core::authority::Authority::reported`]); keys already stored are
     /// skipped.
     pub reported: Vec<String>,
+    /// The list as the batch leaves it (its name, once known, version and counts), for
+    /// [`Db::lists`](crate::Db::lists); `None` keeps what is stored.
+    pub summary: Option<Summary>,
 }
 
 impl Batch {
     /// True when there is nothing to store.
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty() && self.events.is_empty() && self.reported.is_empty()
+        self.changes.is_empty()
+            && self.events.is_empty()
+            && self.reported.is_empty()
+            && self.summary.is_none()
     }
 
     /// Checks every limit before anything is written, so a refused batch leaves no trace.

@@ -63,6 +63,16 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (list_id, key)
     ) STRICT, WITHOUT ROWID;
     ",
+    // 1 → 2: what `GET /v1/lists` shows of each list, kept by the commits that change
+    // it (a list stored before has no version and zero counts until its next change).
+    "
+    ALTER TABLE lists ADD COLUMN version TEXT;
+    ALTER TABLE lists ADD COLUMN pending     INTEGER NOT NULL DEFAULT 0 CHECK (pending >= 0);
+    ALTER TABLE lists ADD COLUMN in_progress INTEGER NOT NULL DEFAULT 0 CHECK (in_progress >= 0);
+    ALTER TABLE lists ADD COLUMN completed   INTEGER NOT NULL DEFAULT 0 CHECK (completed >= 0);
+    ALTER TABLE lists ADD COLUMN cancelled   INTEGER NOT NULL DEFAULT 0 CHECK (cancelled >= 0);
+    ALTER TABLE lists ADD COLUMN blocked     INTEGER NOT NULL DEFAULT 0 CHECK (blocked >= 0);
+    ",
 ];
 
 /// Opens (creating when missing) the file and brings it to [`SCHEMA_VERSION`].

@@ -240,6 +240,7 @@ impl HubCore {
                 return;
             }
         }
+        self.name_list(doc_id, name);
         self.decide(now_ms, id, &caller, doc_id, call, fx);
         self.keep_called(now_ms, doc_id);
     }
@@ -263,9 +264,7 @@ impl HubCore {
                     "no list is called {name:?}: create it (PUT /v1/lists/{{name}}) or write to it"
                 ),
             )),
-            Call::Create | Call::Write(_) => {
-                self.create_for_call(now_ms, caller, list_document_id(name), fx)
-            }
+            Call::Create | Call::Write(_) => self.create_for_call(now_ms, caller, name, fx),
         };
         match made {
             Ok(()) => true,
@@ -285,8 +284,19 @@ impl HubCore {
             {
                 continue;
             }
+            self.name_list(doc_id, &w.name);
             self.decide(now_ms, w.id, &w.caller, doc_id, w.call, fx);
             self.keep_called(now_ms, doc_id);
+        }
+    }
+
+    /// Learns the name list `doc_id` is called by (its document id is the name's hash,
+    /// so a list has at most one).
+    fn name_list(&mut self, doc_id: DocumentId, name: &str) {
+        if let Some(doc) = self.docs.get_mut(&doc_id) {
+            if doc.name.is_none() {
+                doc.name = Some(name.to_owned());
+            }
         }
     }
 
@@ -298,15 +308,16 @@ impl HubCore {
         }
     }
 
-    /// Makes list `doc_id` (its first change, the same in every list) for a caller,
+    /// Makes list `name` (its first change, the same in every list) for a caller,
     /// within the hub's list bound and the caller's creation budget.
     fn create_for_call(
         &mut self,
         now_ms: i64,
         caller: &Caller,
-        doc_id: DocumentId,
+        name: &str,
         fx: &mut Effects,
     ) -> Result<(), ApiError> {
+        let doc_id = list_document_id(name);
         if self.stored.len() + self.docs.len() >= DOCS_MAX {
             return Err(error(
                 ErrorCode::LimitExceeded,
@@ -330,6 +341,7 @@ impl HubCore {
         let list = TodoList::create(self.config.actor.clone());
         let changes = list.changes_since(&[]);
         self.insert_list(doc_id, list, Vec::new());
+        self.name_list(doc_id, name);
         self.commit(
             doc_id,
             Commit {
@@ -339,6 +351,7 @@ impl HubCore {
                 events: Vec::new(),
                 reported: Vec::new(),
                 answers: Vec::new(),
+                summary: None,
             },
             fx,
         );

@@ -1,8 +1,5 @@
 //! Lists in and out of memory: loaded, dropped after a crash or a refused commit.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use automerge::Automerge;
 
 use super::events::change_count;
@@ -55,17 +52,8 @@ impl HubCore {
         self.stored.insert(id);
         let authority = self.authority().with_reported(reported);
         let changes_at_rebuild = change_count(&list);
-        self.docs.insert(
-            id,
-            DocState {
-                list,
-                authority,
-                peers: BTreeMap::new(),
-                since_compaction: 0,
-                changes_at_rebuild,
-                notify: Arc::from([]),
-            },
-        );
+        self.docs
+            .insert(id, DocState::new(list, authority, changes_at_rebuild));
     }
 
     /// A list whose merge panicked: forget it, close the offender and the list's other

@@ -12,6 +12,7 @@ use super::limits::{
 };
 use super::{
     Commit, Compaction, Conn, ConnId, ConnState, DocState, Effects, HubCore, Identity, Peer,
+    Summary,
 };
 use crate::model::sync::SentIndex;
 use crate::model::{normalize_status, Merge, ModelError, TodoList};
@@ -229,17 +230,7 @@ impl HubCore {
         }
         let list = TodoList::from_doc(Automerge::new().with_actor(self.config.actor.clone()));
         let authority = self.authority();
-        self.docs.insert(
-            doc_id,
-            DocState {
-                list,
-                authority,
-                peers: BTreeMap::new(),
-                since_compaction: 0,
-                changes_at_rebuild: 0,
-                notify: Arc::from([]),
-            },
-        );
+        self.docs.insert(doc_id, DocState::new(list, authority, 0));
         true
     }
 
@@ -263,6 +254,13 @@ impl HubCore {
             commit.notify = Arc::clone(&doc.notify);
         }
         tracing::debug!(doc = %doc_id, changes = commit.changes.len(), events = commit.events.len(), "merged");
+        if !commit.changes.is_empty() {
+            commit.summary = Some(Summary {
+                name: doc.name.clone(),
+                version: doc.list.version(),
+                tasks: doc.list.counts(),
+            });
+        }
         doc.since_compaction += commit.changes.len();
         self.stored.insert(doc_id);
         fx.commits.push(commit);
@@ -301,6 +299,7 @@ impl HubCore {
             events: Vec::new(),
             reported: Vec::new(),
             answers: Vec::new(),
+            summary: None,
         };
         let report = match doc.authority.process(&mut doc.list, merge.clone(), now_ms) {
             Ok(r) => r,

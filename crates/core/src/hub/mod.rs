@@ -151,6 +151,20 @@ pub struct Commit {
     /// The API calls this commit answers, released once it is durable (the store
     /// ignores them).
     pub answers: Vec<(CallId, Result<Answer, crate::proto::ApiError>)>,
+    /// The list as the commit leaves it, for the store's index of lists (set when the
+    /// commit has changes).
+    pub summary: Option<Summary>,
+}
+
+/// A list as a commit leaves it: what `GET /v1/lists` shows of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// The name API calls reach it by, once one did.
+    pub name: Option<String>,
+    /// Its version.
+    pub version: crate::proto::Version,
+    /// Its tasks by status.
+    pub tasks: crate::proto::TaskCounts,
 }
 
 /// A snapshot of a list to store in place of the changes it covers.
@@ -268,6 +282,22 @@ pub struct DocState {
     changes_at_rebuild: usize,
     /// The last commit's `notify`, reused while the ready peers are the same.
     notify: Arc<[(ConnId, PeerId)]>,
+    /// The name API calls reach it by (unknown for a list only synced by document id).
+    name: Option<String>,
+}
+
+impl DocState {
+    fn new(list: TodoList, authority: Authority, changes_at_rebuild: usize) -> DocState {
+        DocState {
+            list,
+            authority,
+            peers: BTreeMap::new(),
+            since_compaction: 0,
+            changes_at_rebuild,
+            notify: Arc::from([]),
+            name: None,
+        }
+    }
 }
 
 /// What the hub keeps about one connection that syncs one list.

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use automerge::{legacy, ActorId, Automerge, Change, ObjId as ExId, ObjType, ReadDoc, Value};
 
 use super::doc::{self, field, OpKey, RawTask, TASK_ENTRY};
+use super::Status;
 
 /// What an object of the document is, as far as the list is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +106,20 @@ pub(crate) struct Index {
     pub(crate) active: BTreeMap<Option<String>, BTreeSet<String>>,
     /// Reverse dependencies: task id → tasks whose `blocked_by` names it.
     pub(crate) dependents: BTreeMap<String, BTreeSet<String>>,
+    /// Tasks by status as read (`Status` order: pending, in progress, completed,
+    /// cancelled, blocked).
+    pub(crate) counts: [u64; 5],
+}
+
+/// The slot of a stored status in [`Index::counts`].
+fn count_slot(status: Option<&str>) -> usize {
+    match super::normalize_status(status) {
+        Status::Pending => 0,
+        Status::InProgress => 1,
+        Status::Completed => 2,
+        Status::Cancelled => 3,
+        Status::Blocked => 4,
+    }
 }
 
 impl Index {
@@ -181,6 +196,7 @@ impl Index {
 
     fn remove(&mut self, id: &str) -> Option<Entry> {
         let entry = self.tasks.remove(id)?;
+        self.counts[count_slot(entry.raw.status.as_deref())] -= 1;
         self.order
             .remove(&(entry.raw.position.clone(), id.to_owned()));
         if entry.raw.status.as_deref() == Some("in_progress") {
@@ -203,6 +219,7 @@ impl Index {
     }
 
     fn insert(&mut self, id: &str, entry: Entry) {
+        self.counts[count_slot(entry.raw.status.as_deref())] += 1;
         self.order
             .insert((entry.raw.position.clone(), id.to_owned()));
         if entry.raw.status.as_deref() == Some("in_progress") {

@@ -223,6 +223,18 @@ impl TodoList {
         self.index.tasks.is_empty()
     }
 
+    /// Its tasks by status, as read (kept by the index: no pass over the tasks).
+    pub fn counts(&self) -> crate::proto::TaskCounts {
+        let [pending, in_progress, completed, cancelled, blocked] = self.index.counts;
+        crate::proto::TaskCounts {
+            pending,
+            in_progress,
+            completed,
+            cancelled,
+            blocked,
+        }
+    }
+
     /// The task as stored (possibly invalid, as a foreign peer wrote it).
     pub fn raw_task(&self, id: &str) -> Option<&RawTask> {
         self.index.tasks.get(id).map(|e| &e.raw)
