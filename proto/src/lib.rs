@@ -574,6 +574,30 @@ pub enum EventBody {
         /// The dependency whose completion made it so.
         by: String,
     },
+    /// An agent arrived on the list: its first connection syncing it, or its first API
+    /// call on it (since it last left).
+    AgentJoined {
+        /// The agent (a token's agent, a caller's name, or a sync peer's id).
+        agent: String,
+    },
+    /// An agent left the list: no connection syncing it and no API call for the list's
+    /// lease, or for the hub's presence window without one.
+    AgentLeft {
+        /// The agent.
+        agent: String,
+    },
+    /// An agent gone longer than the list's lease held tasks in progress.
+    LeaseExpired {
+        /// The agent.
+        agent: String,
+        /// Its tasks in progress, sorted by id (at most [`VIOLATION_TASKS_MAX`]).
+        tasks: Vec<String>,
+        /// How many there were.
+        tasks_total: u64,
+        /// They were released (pending, unowned) by a change of the hub; false: only
+        /// reported (policy `report`).
+        released: bool,
+    },
 }
 
 /// An event with its place in the list's stream. (Not `deny_unknown_fields`: serde

@@ -1149,3 +1149,59 @@ fn events_go_out_once_durable_and_wait_with_deferred_news() {
         assert_eq!(seqs, (1..=next).collect::<Vec<_>>(), "peer {c:?}");
     }
 }
+
+/// A list follows at most `AGENTS_TRACKED_MAX` agents: one more lets the agent gone
+/// longest go early, with its `agent_left`; every other arrival is one `agent_joined`.
+#[test]
+fn a_list_follows_at_most_agents_tracked_max_and_the_one_gone_longest_leaves_first() {
+    use swarmtodo::hub::core::{Call, CallId, Caller, AGENTS_TRACKED_MAX};
+    use swarmtodo::proto::EventBody;
+    /// One call at time `n` ms; the agents it made join and leave.
+    fn call(core: &mut HubCore, n: u64, agent: &str, call: Call) -> (Vec<String>, Vec<String>) {
+        let fx = core.handle(
+            n as i64,
+            Input::Call {
+                id: CallId(n),
+                caller: Caller {
+                    agent: agent.to_owned(),
+                    identity: None,
+                    address: None,
+                },
+                list: "crowd".into(),
+                call,
+            },
+        );
+        assert!(
+            fx.answers.iter().all(|(_, a)| a.is_ok()),
+            "{:?}",
+            fx.answers
+        );
+        let (mut joined, mut left) = (Vec::new(), Vec::new());
+        for e in fx.commits.iter().flat_map(|c| &c.events) {
+            match e {
+                EventBody::AgentJoined { agent } => joined.push(agent.clone()),
+                EventBody::AgentLeft { agent } => left.push(agent.clone()),
+                _ => {}
+            }
+        }
+        (joined, left)
+    }
+    let mut core = HubCore::new(HubConfig::new(ActorId::from([0xA0u8; 16])));
+    let (mut joined, mut left) = call(&mut core, 0, "lead", Call::Create);
+    for i in 0..AGENTS_TRACKED_MAX as u64 {
+        let (j, l) = call(&mut core, i + 1, &format!("agent-{i}"), Call::Read(None));
+        joined.extend(j);
+        left.extend(l);
+    }
+    // The lead, the first seen, made room for the last.
+    assert_eq!(joined.len(), AGENTS_TRACKED_MAX + 1);
+    assert_eq!(left, ["lead"]);
+    // Seen again: no new arrival. One more agent: the next gone longest leaves.
+    let (j, l) = call(&mut core, 5_000, "agent-7", Call::Read(None));
+    assert_eq!((j.len(), l.len()), (0, 0));
+    let (j, l) = call(&mut core, 5_001, "late", Call::Read(None));
+    assert_eq!(
+        (j, l),
+        (vec!["late".to_owned()], vec!["agent-0".to_owned()])
+    );
+}

@@ -15,4 +15,5 @@ mod http;
 mod hub_core;
 mod identity;
 mod limits;
+mod presence;
 mod relay;

@@ -11,6 +11,8 @@
 //! single_active_scope = "per_owner"   # or "per_list"
 //! dependencies = "report"
 //! ownership = "repair"
+//! lease_ms = 120000             # an agent gone this long (no connection, no call) …
+//! lease = "release"             # … has its tasks in progress released, or "report"
 //!
 //! [roles]                       # agent id → "lead" | "worker" | "observer"
 //! default = "lead"
@@ -103,6 +105,23 @@ pub struct PolicyConfig {
     pub dependencies: Option<ActionName>,
     /// A worker changing a task it does not own.
     pub ownership: Option<ActionName>,
+    /// How long an agent may be gone before its lease expires (absent: no lease).
+    pub lease_ms: Option<u32>,
+    /// What an expired lease does to the agent's tasks in progress.
+    pub lease: Option<LeaseName>,
+}
+
+/// The shortest lease a list may have, in ms.
+pub const LEASE_MS_MIN: i64 = 1_000;
+
+/// `release` or `report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseName {
+    /// Back to `pending`, unowned, by a change of the hub's.
+    Release,
+    /// An event only.
+    Report,
 }
 
 /// `report` or `repair`.
@@ -255,6 +274,11 @@ impl Config {
         if l.connections_per_token_max == Some(0) {
             return Err("limits.connections_per_token_max: must be at least 1".to_owned());
         }
+        if let Some(ms) = config.policy.lease_ms {
+            if i64::from(ms) < LEASE_MS_MIN {
+                return Err(format!("policy.lease_ms: must be at least {LEASE_MS_MIN} (a reconnect must not cost an agent its tasks)"));
+            }
+        }
         Ok(config)
     }
 
@@ -306,6 +330,13 @@ impl Config {
         }
         if let Some(a) = c.ownership {
             p.ownership = a.into();
+        }
+        p.lease_ms = c.lease_ms.map(i64::from);
+        if let Some(l) = c.lease {
+            p.lease = match l {
+                LeaseName::Release => Action::Repair,
+                LeaseName::Report => Action::Report,
+            };
         }
         p
     }

@@ -82,6 +82,7 @@ pub(crate) struct Metrics {
     violations: [AtomicU64; Rule::ALL.len()],
     conflicts: AtomicU64,
     repairs: AtomicU64,
+    leases_expired: AtomicU64,
     /// Per [`Kind`] (read, create, write, claim) and [`Outcome`].
     calls: [[AtomicU64; 2]; 4],
     pub(crate) batch: Histogram,
@@ -92,7 +93,9 @@ impl Metrics {
     /// Counts the merges and events of commits the store made durable.
     pub(crate) fn committed<'a>(&self, commits: impl Iterator<Item = &'a Commit>) {
         for c in commits {
-            self.merges.fetch_add(1, Ordering::Relaxed);
+            if !c.changes.is_empty() {
+                self.merges.fetch_add(1, Ordering::Relaxed);
+            }
             for e in &c.events {
                 match e {
                     EventBody::Violation(v) => {
@@ -106,7 +109,13 @@ impl Metrics {
                     EventBody::Repaired { .. } => {
                         self.repairs.fetch_add(1, Ordering::Relaxed);
                     }
-                    EventBody::TasksChanged { .. } | EventBody::Unblocked { .. } => {}
+                    EventBody::LeaseExpired { .. } => {
+                        self.leases_expired.fetch_add(1, Ordering::Relaxed);
+                    }
+                    EventBody::TasksChanged { .. }
+                    | EventBody::Unblocked { .. }
+                    | EventBody::AgentJoined { .. }
+                    | EventBody::AgentLeft { .. } => {}
                 }
             }
         }
@@ -125,7 +134,7 @@ impl Metrics {
     /// The Prometheus text of every figure.
     pub(crate) fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let scalars: [(&str, &str, &str, &AtomicU64); 6] = [
+        let scalars: [(&str, &str, &str, &AtomicU64); 7] = [
             (
                 "swarmtodo_connections",
                 "gauge",
@@ -147,7 +156,7 @@ impl Metrics {
             (
                 "swarmtodo_merges_total",
                 "counter",
-                "Durable commits (merges and API writes).",
+                "Durable commits that changed a list (merges and API writes).",
                 &self.merges,
             ),
             (
@@ -161,6 +170,12 @@ impl Metrics {
                 "counter",
                 "Repairs the authority wrote.",
                 &self.repairs,
+            ),
+            (
+                "swarmtodo_leases_expired_total",
+                "counter",
+                "Agents gone past their lease while holding tasks in progress.",
+                &self.leases_expired,
             ),
         ];
         for (name, kind, help, v) in scalars {

@@ -22,7 +22,7 @@ use super::outcome::Injection;
 pub use super::outcome::{Check, RuleCount};
 use super::scenario::Action;
 use swarmtodo_core::authority::{Authority, Policy, Roles};
-use swarmtodo_core::hub::{Commit, ConnId, HUB_AGENT};
+use swarmtodo_core::hub::{for_sync_peers, Commit, ConnId, HUB_AGENT};
 use swarmtodo_core::model::TodoList;
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{Resolution, Rule};
@@ -101,13 +101,20 @@ pub struct Delivery {
 
 impl Delivery {
     /// The store made `commit` durable and its events got `seqs`: each of its peers is
-    /// owed them.
+    /// owed those pushed to sync peers.
     pub fn durable(&mut self, commit: &Commit, seqs: &[u64]) {
+        let pushed: Vec<u64> = commit
+            .events
+            .iter()
+            .zip(seqs)
+            .filter(|(body, _)| for_sync_peers(body))
+            .map(|(_, seq)| *seq)
+            .collect();
         for (c, _) in commit.notify.iter() {
             self.durable
                 .entry((*c, commit.doc))
                 .or_default()
-                .extend_from_slice(seqs);
+                .extend_from_slice(&pushed);
         }
     }
 

@@ -30,6 +30,9 @@ pub fn kind(body: &swarmtodo_proto::EventBody) -> &'static str {
     match body {
         TasksChanged { .. } => "tasks_changed",
         Unblocked { .. } => "unblocked",
+        AgentJoined { .. } => "agent_joined",
+        AgentLeft { .. } => "agent_left",
+        LeaseExpired { .. } => "lease_expired",
         Violation(_) => "violation",
         Conflict(_) => "conflict",
         Repaired { .. } => "repaired",

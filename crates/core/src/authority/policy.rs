@@ -37,6 +37,12 @@ pub struct Policy {
     /// A worker changed a task it does not own: repair restores the fields it wrote to
     /// their values before that change.
     pub ownership: Action,
+    /// How long an agent may be gone (no connection syncing the list, no API call)
+    /// before its tasks in progress are dealt with by `lease`; `None`: no lease.
+    pub lease_ms: Option<i64>,
+    /// An agent gone past `lease_ms`: repair releases its tasks in progress (pending,
+    /// unowned); report only names them.
+    pub lease: Action,
 }
 
 impl Default for Policy {
@@ -47,6 +53,8 @@ impl Default for Policy {
             single_active_scope: ActiveScope::PerOwner,
             dependencies: Action::Report,
             ownership: Action::Repair,
+            lease_ms: None,
+            lease: Action::Repair,
         }
     }
 }

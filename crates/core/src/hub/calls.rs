@@ -240,7 +240,7 @@ impl HubCore {
                 return;
             }
         }
-        self.name_list(doc_id, name);
+        self.called_on(now_ms, doc_id, name, &caller);
         self.decide(now_ms, id, &caller, doc_id, call, fx);
         self.keep_called(now_ms, doc_id);
     }
@@ -284,7 +284,7 @@ impl HubCore {
             {
                 continue;
             }
-            self.name_list(doc_id, &w.name);
+            self.called_on(now_ms, doc_id, &w.name, &w.caller);
             self.decide(now_ms, w.id, &w.caller, doc_id, w.call, fx);
             self.keep_called(now_ms, doc_id);
         }
@@ -297,6 +297,16 @@ impl HubCore {
             if doc.name.is_none() {
                 doc.name = Some(name.to_owned());
             }
+        }
+    }
+
+    /// A call of `caller` on list `doc_id`, in memory: the list learns its name, the
+    /// caller is present on it.
+    fn called_on(&mut self, now_ms: i64, doc_id: DocumentId, name: &str, caller: &Caller) {
+        self.name_list(doc_id, name);
+        if let Some(doc) = self.docs.get_mut(&doc_id) {
+            doc.presence.called(&caller.agent, now_ms);
+            self.presence_touched(doc_id);
         }
     }
 
@@ -345,13 +355,8 @@ impl HubCore {
         self.commit(
             doc_id,
             Commit {
-                doc: doc_id,
-                notify: Arc::from([]),
                 changes,
-                events: Vec::new(),
-                reported: Vec::new(),
-                answers: Vec::new(),
-                summary: None,
+                ..Commit::empty(doc_id)
             },
             fx,
         );
@@ -544,8 +549,8 @@ impl HubCore {
         if self.called.is_empty() {
             return;
         }
-        let docs = &mut self.docs;
-        let (news, owed, waiting) = (&mut self.news, &mut self.owed, &self.calls);
+        let (docs, waiting) = (&self.docs, &self.calls);
+        let mut idle = Vec::new();
         self.called.retain(|doc_id, at| {
             let Some(d) = docs.get(doc_id) else {
                 return false;
@@ -556,15 +561,16 @@ impl HubCore {
             if now_ms - *at < CALLED_LIST_IDLE_MS || waiting.contains_key(doc_id) {
                 return true;
             }
-            docs.remove(doc_id);
-            news.remove(doc_id);
-            owed.remove(doc_id);
-            tracing::debug!(doc = %doc_id, "list out of memory: no call for a while and no peer");
+            idle.push(*doc_id);
             false
         });
+        for doc_id in idle {
+            self.let_go(doc_id);
+        }
     }
 
-    /// When a list kept for calls is due to leave memory, or a wait times out (the
+    /// When a list kept for calls is due to leave memory, a wait times out or an agent
+    /// gone reaches the end of its window (the
     /// runtime sends [`Input::Tick`](super::Input::Tick) then, if nothing came before).
     pub fn next_wake_ms(&self) -> Option<i64> {
         let idle = self
@@ -573,7 +579,10 @@ impl HubCore {
             .min()
             .map(|at| at.saturating_add(CALLED_LIST_IDLE_MS));
         let wait = self.waits.iter().map(|w| w.deadline_ms).min();
-        idle.into_iter().chain(wait).min()
+        idle.into_iter()
+            .chain(wait)
+            .chain(self.next_presence_ms())
+            .min()
     }
 
     /// Answers the waits whose version every peer of their list now holds, and those

@@ -8,6 +8,16 @@ use crate::model::{normalize, ChangeInfo, Merge, TodoList};
 use crate::proto::wire::{self, DocumentId, PeerId, WireMessage};
 use crate::proto::{EventBody, TaskChange};
 
+/// Whether sync peers are pushed events of this kind: every kind but the agents'
+/// comings and goings (in the store and the HTTP event stream; a replica has no use for
+/// them, and a swarm's joins would cost every peer a frame each).
+pub fn for_sync_peers(body: &EventBody) -> bool {
+    !matches!(
+        body,
+        EventBody::AgentJoined { .. } | EventBody::AgentLeft { .. }
+    )
+}
+
 /// The frames that push the events of durable commits (each with its events' sequence
 /// numbers in the store and the time it was committed) to the peers each names: one
 /// `ephemeral` frame per peer and list for all of them (session [`EVENTS_SESSION`],
@@ -30,6 +40,9 @@ pub(super) fn event_frames(
                 at_ms,
                 body: body.clone(),
             });
+            if !for_sync_peers(body) {
+                continue;
+            }
             for (conn, peer) in commit.notify.iter() {
                 per_peer
                     .entry((commit.doc, *conn))

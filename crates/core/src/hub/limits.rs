@@ -11,6 +11,13 @@ pub const WAITS_MAX: usize = 256;
 pub const WAIT_MS_MAX: i64 = 60_000;
 /// Most lists kept in memory for API calls alone; past it the longest idle leaves.
 pub const CALLED_LISTS_KEPT_MAX: usize = 256;
+/// How long an agent may have no connection syncing a list and make no API call on it
+/// before it has left (`agent_left`), on a list without a lease (`Policy::lease_ms`,
+/// which takes its place). A reconnect within it is no leaving.
+pub const AGENT_GONE_MS: i64 = 30_000;
+/// Most agents one list follows (present, or gone within their window); past it the
+/// agent gone longest is let go early.
+pub const AGENTS_TRACKED_MAX: usize = 1_024;
 
 /// Most documents one connection may sync at once.
 pub const DOCS_PER_CONN_MAX: usize = 1_024;

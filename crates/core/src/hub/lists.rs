@@ -25,18 +25,16 @@ impl HubCore {
             }
         }
         let mut fx = Effects::default();
+        self.clock_ms = now_ms;
         for (c, bytes) in self.waiting.remove(&id).unwrap_or_default().0 {
             self.frame(now_ms, c, &bytes, &mut fx);
         }
         self.calls_loaded(now_ms, id, &mut fx);
+        self.check_presence(now_ms, &mut fx);
         self.answer(now_ms, false, &mut fx);
         // The peers that asked for it may have left while it loaded: then nobody syncs
         // it, and it leaves memory again.
-        if self.docs.get(&id).is_some_and(|d| d.peers.is_empty()) && !self.called.contains_key(&id)
-        {
-            self.docs.remove(&id);
-            self.news.remove(&id);
-        }
+        self.let_go(id);
         fx
     }
 
@@ -54,6 +52,7 @@ impl HubCore {
         let changes_at_rebuild = change_count(&list);
         self.docs
             .insert(id, DocState::new(list, authority, changes_at_rebuild));
+        self.owners_may_be_new(id);
     }
 
     /// A list whose merge panicked: forget it, close the offender and the list's other

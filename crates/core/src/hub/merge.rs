@@ -58,6 +58,13 @@ impl HubCore {
         };
         let before = doc.list.heads();
         let stock_before = doc.list.sync_counters().stock;
+        // Its first message about the list: its agent (the token's, else its peer id)
+        // arrives on the list.
+        let arriving = (!doc.peers.contains_key(&c)).then(|| {
+            identity
+                .as_ref()
+                .map_or_else(|| remote.to_string(), |who| who.agent.clone())
+        });
         let at = Arrival {
             c,
             doc_id,
@@ -102,6 +109,9 @@ impl HubCore {
         }
         if let Some(commit) = commit {
             self.commit(doc_id, commit, fx);
+        }
+        if let Some(agent) = arriving {
+            self.peer_arrived(now_ms, doc_id, c, &agent);
         }
         let Some(doc) = self.docs.get(&doc_id) else {
             return;
@@ -255,6 +265,10 @@ impl HubCore {
         }
         tracing::debug!(doc = %doc_id, changes = commit.changes.len(), events = commit.events.len(), "merged");
         if !commit.changes.is_empty() {
+            if self.config.policy.lease_ms.is_some() {
+                doc.presence.owners_unchecked = true;
+                self.presence_dirty.insert(doc_id);
+            }
             commit.summary = Some(Summary {
                 name: doc.name.clone(),
                 version: doc.list.version(),
@@ -292,15 +306,7 @@ impl HubCore {
         merge: Merge,
         now_ms: i64,
     ) -> Commit {
-        let mut commit = Commit {
-            doc: doc_id,
-            notify: Arc::from([]),
-            changes: Vec::new(),
-            events: Vec::new(),
-            reported: Vec::new(),
-            answers: Vec::new(),
-            summary: None,
-        };
+        let mut commit = Commit::empty(doc_id);
         let report = match doc.authority.process(&mut doc.list, merge.clone(), now_ms) {
             Ok(r) => r,
             Err(e) => {

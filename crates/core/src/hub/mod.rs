@@ -16,7 +16,8 @@
 //! Here the types and the batch loop; `frame` decodes a frame and dispatches it,
 //! `merge` merges a sync message and runs the authority, `answer` sends each list's
 //! peers what a batch owes them, `events` builds the event frames of durable commits,
-//! `lists` moves lists in and out of memory, `budget` holds what a connection may still
+//! `lists` moves lists in and out of memory, `presence` follows agents joining and
+//! leaving and their leases, `budget` holds what a connection may still
 //! cost, `limits` every bound of the hub core.
 
 mod answer;
@@ -27,6 +28,7 @@ mod frame;
 mod limits;
 mod lists;
 mod merge;
+mod presence;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -38,7 +40,7 @@ use self::budget::{CreationBudget, Creator, RelayBudget, WorkBudget};
 use self::calls::WaitingCall;
 pub use self::calls::{api_actor, list_id, Answer, Call, CallId, Caller};
 use self::events::event_frames;
-pub use self::events::events_of;
+pub use self::events::{events_of, for_sync_peers};
 pub use self::limits::*;
 use crate::authority::{Authority, Policy, Roles};
 use crate::model::sync::SentIndex;
@@ -154,6 +156,21 @@ pub struct Commit {
     /// The list as the commit leaves it, for the store's index of lists (set when the
     /// commit has changes).
     pub summary: Option<Summary>,
+}
+
+impl Commit {
+    /// A commit of list `doc` with nothing in it yet.
+    pub fn empty(doc: DocumentId) -> Commit {
+        Commit {
+            doc,
+            notify: Arc::from([]),
+            changes: Vec::new(),
+            events: Vec::new(),
+            reported: Vec::new(),
+            answers: Vec::new(),
+            summary: None,
+        }
+    }
 }
 
 /// A list as a commit leaves it: what `GET /v1/lists` shows of it.
@@ -284,6 +301,8 @@ pub struct DocState {
     notify: Arc<[(ConnId, PeerId)]>,
     /// The name API calls reach it by (unknown for a list only synced by document id).
     name: Option<String>,
+    /// Its agents (see `presence`).
+    presence: presence::Presence,
 }
 
 impl DocState {
@@ -296,6 +315,7 @@ impl DocState {
             changes_at_rebuild,
             notify: Arc::from([]),
             name: None,
+            presence: presence::Presence::default(),
         }
     }
 }
@@ -368,6 +388,13 @@ pub struct HubCore {
     called: BTreeMap<DocumentId, i64>,
     /// Waits not answered yet (at most [`WAITS_MAX`]).
     waits: Vec<calls::PendingWait>,
+    /// Lists whose presence has work at the end of the batch.
+    presence_dirty: BTreeSet<DocumentId>,
+    /// When a list's next agent gone reaches the end of its window (one entry per list
+    /// at most live: `Presence::due_ms`; others are stale and harmless).
+    presence_due: BTreeSet<(i64, DocumentId)>,
+    /// The time of the batch being handled (ms).
+    clock_ms: i64,
 }
 
 /// Frames waiting for a list to load (connection, bytes), and their bytes in all.
@@ -390,6 +417,9 @@ impl HubCore {
             calls: BTreeMap::new(),
             called: BTreeMap::new(),
             waits: Vec::new(),
+            presence_dirty: BTreeSet::new(),
+            presence_due: BTreeSet::new(),
+            clock_ms: 0,
         }
     }
 
@@ -475,10 +505,12 @@ impl HubCore {
         more_waiting: bool,
     ) -> Effects {
         let mut fx = Effects::default();
+        self.clock_ms = now_ms;
         for input in inputs {
             self.input(now_ms, input, &mut fx);
         }
         self.sweep_called(now_ms);
+        self.check_presence(now_ms, &mut fx);
         // One write in the batch is a hub keeping up with its writers (what waits is the
         // acknowledgements of its last fan-out): its news goes out at once.
         let writers: usize = self
@@ -598,11 +630,10 @@ impl HubCore {
             for d in conn.docs {
                 if let Some(doc) = self.docs.get_mut(&d) {
                     doc.peers.remove(&c);
-                    if doc.peers.is_empty() && !self.called.contains_key(&d) {
-                        self.docs.remove(&d);
-                        self.news.remove(&d);
-                        tracing::debug!(doc = %d, in_memory = self.docs.len(), "list out of memory: no peer syncs it");
+                    if doc.presence.disconnect(c, self.clock_ms) {
+                        self.presence_dirty.insert(d);
                     }
+                    self.let_go(d);
                 }
             }
         }

@@ -223,6 +223,20 @@ impl TodoList {
         self.index.tasks.is_empty()
     }
 
+    /// Agents that own a task whose stored status is `in_progress`.
+    pub fn active_owners(&self) -> impl Iterator<Item = &String> + '_ {
+        self.index.active.keys().flatten()
+    }
+
+    /// The tasks `owner` holds with stored status `in_progress`, by id.
+    pub fn in_progress_of(&self, owner: &str) -> impl Iterator<Item = &String> + '_ {
+        self.index
+            .active
+            .get(&Some(owner.to_owned()))
+            .into_iter()
+            .flatten()
+    }
+
     /// Its tasks by status, as read (kept by the index: no pass over the tasks).
     pub fn counts(&self) -> crate::proto::TaskCounts {
         let [pending, in_progress, completed, cancelled, blocked] = self.index.counts;
