@@ -131,7 +131,7 @@ pub(crate) fn run(cmd: ApiCommand) -> i32 {
         if hub.json {
             clap::Error::raw(
                 clap::error::ErrorKind::ArgumentConflict,
-                "watch draws a terminal view: for JSON, follow the events (`events LIST --follow --json`)\n",
+                "watch draws a terminal view: `swarmtodo events LIST --follow` prints the events as JSON lines\n",
             )
             .exit();
         }

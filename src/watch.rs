@@ -71,8 +71,8 @@ pub(crate) async fn run(api: Api, list: String, log: Option<&Path>) -> Result<bo
     if let Some(path) = log {
         start_log(path)?;
     }
-    let mut terminal = ratatui::try_init()
-        .map_err(|e| HttpError::Transport(format!("the terminal: {e}")))?;
+    let mut terminal =
+        ratatui::try_init().map_err(|e| HttpError::Transport(format!("the terminal: {e}")))?;
     let _restore = Restore;
     let (net_tx, mut net) = mpsc::unbounded_channel();
     let follower = tokio::spawn(follow(api.clone(), list.clone(), net_tx.clone()));

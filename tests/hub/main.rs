@@ -16,3 +16,4 @@ mod hub_core;
 mod identity;
 mod limits;
 mod relay;
+mod watch;
