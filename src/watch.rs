@@ -71,8 +71,11 @@ pub(crate) async fn run(api: Api, list: String, log: Option<&Path>) -> Result<bo
     if let Some(path) = log {
         start_log(path)?;
     }
-    let mut terminal =
-        ratatui::try_init().map_err(|e| HttpError::Transport(format!("the terminal: {e}")))?;
+    let mut terminal = ratatui::try_init().map_err(|e| {
+        // Whatever it had set up before it failed.
+        let _ = ratatui::try_restore();
+        HttpError::Transport(format!("the terminal: {e}"))
+    })?;
     let _restore = Restore;
     let (net_tx, mut net) = mpsc::unbounded_channel();
     let follower = tokio::spawn(follow(api.clone(), list.clone(), net_tx.clone()));
@@ -95,18 +98,13 @@ pub(crate) async fn run(api: Api, list: String, log: Option<&Path>) -> Result<bo
         tokio::select! {
             msg = net.recv() => {
                 let Some(msg) = msg else { break Ok(true) };
-                if let Err(e) = take(&mut view, &mut reads, msg) {
-                    break Err(e);
-                }
+                let mut taken = take(&mut view, &mut reads, msg);
                 // Take whatever else has come before drawing again.
-                let mut refused = None;
-                while let Ok(msg) = net.try_recv() {
-                    if let Err(e) = take(&mut view, &mut reads, msg) {
-                        refused = Some(e);
-                        break;
-                    }
+                while taken.is_ok() {
+                    let Ok(msg) = net.try_recv() else { break };
+                    taken = take(&mut view, &mut reads, msg);
                 }
-                if let Some(e) = refused {
+                if let Err(e) = taken {
                     break Err(e);
                 }
             }
