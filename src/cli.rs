@@ -1,6 +1,6 @@
 //! The commands that reach a hub's JSON API (`lists`, `read`, `write`, `claim`, `wait`,
-//! `events`), for people and shell-driven agents. Hub, token and agent come from flags
-//! or `SWARMTODO_HUB`, `SWARMTODO_TOKEN`, `SWARMTODO_AGENT`.
+//! `events`, `watch`), for people and shell-driven agents. Hub, token and agent come
+//! from flags or `SWARMTODO_HUB`, `SWARMTODO_TOKEN`, `SWARMTODO_AGENT`.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -116,10 +116,33 @@ pub(crate) enum ApiCommand {
         #[command(flatten)]
         hub: HubArgs,
     },
+    /// Show a list live in the terminal: a checklist that follows the list's events,
+    /// with the latest violations, conflicts, repairs, claims, expired leases and
+    /// unblocked tasks below (q, Esc or Ctrl-C quits; arrows, PgUp, PgDn, Home and End
+    /// scroll).
+    Watch {
+        /// The list.
+        list: String,
+        /// Append logs to this file (the terminal belongs to the view); `SWARMTODO_LOG`
+        /// filters them.
+        #[arg(long)]
+        log: Option<PathBuf>,
+        #[command(flatten)]
+        hub: HubArgs,
+    },
 }
 
 /// Runs an API command; its exit code.
 pub(crate) fn run(cmd: ApiCommand) -> i32 {
+    if let ApiCommand::Watch { hub, .. } = &cmd {
+        if hub.json {
+            clap::Error::raw(
+                clap::error::ErrorKind::ArgumentConflict,
+                "watch draws a terminal view: `swarmtodo events LIST --follow` prints the events as JSON lines\n",
+            )
+            .exit();
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -136,7 +159,8 @@ pub(crate) fn run(cmd: ApiCommand) -> i32 {
         | ApiCommand::Write { hub, .. }
         | ApiCommand::Claim { hub, .. }
         | ApiCommand::Wait { hub, .. }
-        | ApiCommand::Events { hub, .. } => hub.json,
+        | ApiCommand::Events { hub, .. }
+        | ApiCommand::Watch { hub, .. } => hub.json,
     };
     match runtime.block_on(call(cmd)) {
         Ok(true) => EXIT_OK,
@@ -352,6 +376,9 @@ async fn call(cmd: ApiCommand) -> Result<bool, HttpError> {
                     writeln!(out, "{line}").is_ok()
                 })
                 .await?;
+        }
+        ApiCommand::Watch { list, log, hub } => {
+            return crate::watch::run(api(&hub)?, list, log.as_deref()).await;
         }
     }
     Ok(true)

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::common::*;
 
 /// Runs `swarmtodo ARGS` against `hub` as agent `agent`, with `stdin`.
-fn cli(hub: &HubProc, agent: &str, args: &[&str], stdin: &str) -> Output {
+pub(crate) fn cli(hub: &HubProc, agent: &str, args: &[&str], stdin: &str) -> Output {
     let mut child = dies_with_parent(&mut Command::new(env!("CARGO_BIN_EXE_swarmtodo")))
         .args(args)
         .env("SWARMTODO_HUB", &hub.url)

@@ -17,3 +17,4 @@ mod identity;
 mod limits;
 mod presence;
 mod relay;
+mod watch;
