@@ -6,10 +6,12 @@
 //! only reported (`report`), with a `lease_expired` event naming agent and tasks.
 //!
 //! An agent is a token's agent, else the name a call gives, else the automerge-repo
-//! peer id of a sync connection (the Rust client joins as its agent id). Owners of tasks
-//! in progress that the hub has not seen since it loaded the list are counted as last
-//! seen then. A list with an agent gone but not yet past its window stays in memory
-//! until the window ends.
+//! peer id of a sync connection (the Rust client joins as its agent id; a peer without a
+//! token whose peer id is not the agent id its tasks are owned by is not seen as that
+//! agent — a hub with a lease gives its agents tokens). Owners of tasks in progress that
+//! the hub has not seen since it loaded the list are counted as last seen then. A list
+//! whose peers all left stays in memory while a lease is running on tasks in progress;
+//! otherwise it leaves at once, and the agents still followed on it leave with it.
 
 use std::collections::BTreeMap;
 
