@@ -1205,3 +1205,51 @@ fn a_list_follows_at_most_agents_tracked_max_and_the_one_gone_longest_leaves_fir
         (vec!["late".to_owned()], vec!["agent-0".to_owned()])
     );
 }
+
+/// Calls on a stored list wait for it to load, at most `CALLS_WAITING_MAX` of them: the
+/// next is refused at once (`limit_exceeded`), and the load answers every one waiting.
+#[test]
+fn calls_past_calls_waiting_max_on_a_loading_list_are_refused_and_the_others_answered() {
+    use swarmtodo::hub::core::{Answer, Call, CallId, Caller, CALLS_WAITING_MAX};
+    use swarmtodo::proto::ErrorCode;
+    let mut core = HubCore::new(HubConfig::new(ActorId::from([0xA0u8; 16])));
+    let doc = swarmtodo::client::list_document_id("loading");
+    core.set_stored([doc]);
+    let calls = (0..=CALLS_WAITING_MAX as u64).map(|n| Input::Call {
+        id: CallId(n),
+        caller: Caller {
+            agent: format!("reader-{n}"),
+            identity: None,
+            address: None,
+        },
+        list: "loading".into(),
+        call: Call::Read(None),
+    });
+    let fx = core.handle_batch(0, calls);
+    assert_eq!(fx.loads, vec![doc], "one load for all of them");
+    let refused: Vec<_> = fx
+        .answers
+        .iter()
+        .map(|(id, a)| (id.0, a.as_ref().err().map(|e| e.code)))
+        .collect();
+    assert_eq!(
+        refused,
+        vec![(CALLS_WAITING_MAX as u64, Some(ErrorCode::LimitExceeded))]
+    );
+    let list = list_with_history(3, 1);
+    let fx = core.loaded(
+        1,
+        doc,
+        Some(StoredList {
+            list: TodoList::from_doc(list.doc().clone().with_actor(core.actor().clone())),
+            reported: Vec::new(),
+            since_compaction: 0,
+        }),
+    );
+    let answered = fx
+        .answers
+        .iter()
+        .filter(|(_, a)| matches!(a, Ok(Answer::Snapshot(s)) if s.tasks.len() == list.len()))
+        .count();
+    assert_eq!(answered, CALLS_WAITING_MAX);
+}
