@@ -8,7 +8,8 @@
 //! - `snapshot_read`: [`TodoList::read`];
 //! - `foreign_write_repair`: the hub's per-merge path for a worker's status change to a
 //!   task another worker owns: the authority reports the ownership violation and
-//!   repairs it, reading the task as it was before the change (at its parents' heads).
+//!   repairs it, reading the task as it was before the change (at its parents' heads);
+//! - `task_history`: [`TodoList::history`] of one task (a pass over every change).
 //!
 //! Each size gets a hub whose list holds N tasks (written in chunks of 1,000 by a lead)
 //! and a history of 6,000 single-task status and content updates from several lead
@@ -496,6 +497,21 @@ fn benches(c: &mut Criterion, fixtures: &mut BTreeMap<usize, Fixture>) {
                     .iter()
                     .all(|r| !r.violations.is_empty() && !r.repairs.is_empty()));
                 timed
+            });
+        });
+    }
+    g.finish();
+
+    // (f) The history of one task (blame): one pass over the list's whole history.
+    let mut g = group(c, "task_history");
+    for n in SIZES {
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
+            let hub = &fixture(fixtures, n).hub.list;
+            b.iter(|| {
+                let h = hub
+                    .history("t0", swarmtodo::proto::HISTORY_ENTRIES_MAX)
+                    .unwrap_or_else(|e| fail("history", e));
+                black_box(h)
             });
         });
     }

@@ -1,6 +1,6 @@
-//! The commands that reach a hub's JSON API (`lists`, `read`, `write`, `claim`, `wait`,
-//! `events`, `watch`), for people and shell-driven agents. Hub, token and agent come
-//! from flags or `SWARMTODO_HUB`, `SWARMTODO_TOKEN`, `SWARMTODO_AGENT`.
+//! The commands that reach a hub's JSON API (`lists`, `read`, `history`, `write`,
+//! `claim`, `wait`, `events`, `watch`), for people and shell-driven agents. Hub, token
+//! and agent come from flags or `SWARMTODO_HUB`, `SWARMTODO_TOKEN`, `SWARMTODO_AGENT`.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -80,6 +80,19 @@ pub(crate) enum ApiCommand {
         #[command(flatten)]
         hub: HubArgs,
     },
+    /// Print who changed a task's fields to what, when and why, oldest first (from the
+    /// list's history).
+    History {
+        /// The list.
+        list: String,
+        /// The task.
+        task: String,
+        /// Only the latest this many changes (at most 500).
+        #[arg(long)]
+        limit: Option<usize>,
+        #[command(flatten)]
+        hub: HubArgs,
+    },
     /// Claim a task: the one named, or the first ready one; it becomes yours and
     /// in progress.
     Claim {
@@ -156,6 +169,7 @@ pub(crate) fn run(cmd: ApiCommand) -> i32 {
     let json = match &cmd {
         ApiCommand::Lists { hub }
         | ApiCommand::Read { hub, .. }
+        | ApiCommand::History { hub, .. }
         | ApiCommand::Write { hub, .. }
         | ApiCommand::Claim { hub, .. }
         | ApiCommand::Wait { hub, .. }
@@ -228,6 +242,28 @@ pub(crate) fn checklist(s: &Snapshot) -> String {
     }
     out.push_str(&format!("version {}\n", s.version));
     out
+}
+
+/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` UTC.
+pub(crate) fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn read_file(path: &PathBuf) -> Result<serde_json::Value, HttpError> {
@@ -332,6 +368,38 @@ async fn call(cmd: ApiCommand) -> Result<bool, HttpError> {
                 print!("{}", checklist(&answer.snapshot));
             }
         }
+        ApiCommand::History {
+            list,
+            task,
+            limit,
+            hub,
+        } => {
+            let h = api(&hub)?.history(&list, &task, limit).await?;
+            if hub.json {
+                print_json(&h);
+            } else {
+                if h.total > h.entries.len() as u64 {
+                    println!("(the latest {} of {} changes)", h.entries.len(), h.total);
+                }
+                for e in &h.entries {
+                    let fields: Vec<String> = e
+                        .fields
+                        .iter()
+                        .map(|f| format!("{}: {} → {}", f.field, f.before, f.after))
+                        .collect();
+                    println!(
+                        "{} {} {}{}",
+                        utc(e.at_ms),
+                        e.agent.as_deref().unwrap_or("?"),
+                        fields.join("; "),
+                        e.explanation
+                            .as_deref()
+                            .map(|x| format!("  ({x})"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+        }
         ApiCommand::Claim { list, task, hub } => {
             let answer = api(&hub)?.claim(&list, task.as_deref()).await?;
             if hub.json {
@@ -382,4 +450,16 @@ async fn call(cmd: ApiCommand) -> Result<bool, HttpError> {
         }
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc;
+
+    #[test]
+    fn times_read_as_utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_868_799_000), "2000-02-29 23:59:59");
+        assert_eq!(utc(1_796_405_786_999), "2026-12-04 17:36:26");
+    }
 }

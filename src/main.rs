@@ -16,7 +16,7 @@ use swarmtodo::proto::{PatchOp, Status, TaskPatch, WriteMode, WriteRequest};
 #[command(
     version,
     about = "Shared, live, typed todo state for agent swarms",
-    after_help = "Exit codes of lists, read, write, claim, wait, events and watch: 0 done (watch: quit); 1 the hub refused (its code and message on stderr), or a wait timed out; 3 the hub could not be reached, the input could not be read, or (watch) the terminal failed; 2 a usage error. watch keeps reconnecting while the hub cannot be reached."
+    after_help = "Exit codes of lists, read, history, write, claim, wait, events and watch: 0 done (watch: quit); 1 the hub refused (its code and message on stderr), or a wait timed out; 3 the hub could not be reached, the input could not be read, or (watch) the terminal failed; 2 a usage error. watch keeps reconnecting while the hub cannot be reached."
 )]
 struct Cli {
     #[command(subcommand)]

@@ -100,3 +100,48 @@ pub struct ListsPage {
     /// Where the next page starts (`?after=` this); `null` on the last page.
     pub next: Option<String>,
 }
+
+/// The answer to `GET /v1/lists/{name}/tasks/{id}/history[?limit=N]`: the changes that
+/// touched the task, oldest first, each with who made it, when, why, and every field it
+/// changed, from what to what (blame, from the Automerge history).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskHistory {
+    /// The task.
+    pub task: String,
+    /// The latest `limit` of them (at most `HISTORY_ENTRIES_MAX`), oldest first.
+    pub entries: Vec<HistoryEntry>,
+    /// How many changes touched the task in all.
+    pub total: u64,
+}
+
+/// One change to a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryEntry {
+    /// The change (hex hash).
+    pub change: String,
+    /// The agent that made it, as the list records its actor (`null`: never recorded).
+    pub agent: Option<String>,
+    /// When, as its writer stamped it (ms since the Unix epoch).
+    pub at_ms: i64,
+    /// Its explanation (the change's message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
+    /// The fields it changed, as its writer saw the task just before and just after
+    /// (`task`: the task was created or removed).
+    pub fields: Vec<FieldChange>,
+}
+
+/// A field a change wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FieldChange {
+    /// `content`, `active_form`, `status`, `priority`, `owner`, `blocked_by`,
+    /// `position`, or `task`.
+    pub field: String,
+    /// Its value before (`null`: absent).
+    pub before: serde_json::Value,
+    /// Its value after (`null`: absent).
+    pub after: serde_json::Value,
+}

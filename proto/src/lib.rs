@@ -21,14 +21,16 @@ mod request;
 pub mod wire;
 
 pub use self::api::{
-    ClaimAnswer, ClaimRequest, ListSummary, ListsPage, TaskCounts, WaitAnswer, WriteAnswer,
+    ClaimAnswer, ClaimRequest, FieldChange, HistoryEntry, ListSummary, ListsPage, TaskCounts,
+    TaskHistory, WaitAnswer, WriteAnswer,
 };
 pub use self::request::parse_write_request;
 
 pub use self::limits::{
     AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, EVENT_VALUE_BYTES_MAX, EXPLANATION_BYTES_MAX,
-    LISTS_PAGE_MAX, LIST_NAME_BYTES_MAX, LIST_TASKS_MAX, TASKS_CHANGED_HASHES_MAX,
-    TASK_ID_BYTES_MAX, TASK_TEXT_BYTES_MAX, VIOLATION_TASKS_MAX, WRITE_OPS_MAX,
+    HISTORY_ENTRIES_MAX, LISTS_PAGE_MAX, LIST_NAME_BYTES_MAX, LIST_TASKS_MAX,
+    TASKS_CHANGED_HASHES_MAX, TASK_ID_BYTES_MAX, TASK_TEXT_BYTES_MAX, VIOLATION_TASKS_MAX,
+    WRITE_OPS_MAX,
 };
 
 use std::fmt;
@@ -628,6 +630,7 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("claim_answer.json", schemars::schema_for!(ClaimAnswer)),
         ("wait_answer.json", schemars::schema_for!(WaitAnswer)),
         ("lists_page.json", schemars::schema_for!(ListsPage)),
+        ("task_history.json", schemars::schema_for!(TaskHistory)),
         ("violation.json", schemars::schema_for!(Violation)),
         ("conflict.json", schemars::schema_for!(Conflict)),
         ("event.json", schemars::schema_for!(Event)),

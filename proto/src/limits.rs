@@ -32,6 +32,8 @@ pub const LIST_NAME_BYTES_MAX: usize = 256;
 /// Most lists in one page of `GET /v1/lists` (`next` says where the following page
 /// starts).
 pub const LISTS_PAGE_MAX: usize = 1000;
+/// Most changes a task's history answers with (the latest; `total` counts all).
+pub const HISTORY_ENTRIES_MAX: usize = 500;
 
 // The automerge-repo wire messages (proto/src/wire.rs).
 

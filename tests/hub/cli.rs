@@ -121,6 +121,16 @@ fn a_shell_script_writes_reads_claims_and_follows_a_list() {
     let first: Value = serde_json::from_str(stdout(&o).lines().nth(1).unwrap()).unwrap();
     assert_eq!(first["seq"], 3);
 
+    // Who changed t2: the lead created it, worker-1 claimed it.
+    let o = cli(&hub, "anyone", &["history", "board", "t2"], "");
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    assert!(
+        text.contains(" worker-1 status: \"pending\" → \"in_progress\"; owner: null → \"worker-1\"  (worker-1 claims t2)"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 2, "{text}");
+
     // Every list of the hub, as text and as JSON.
     let o = cli(&hub, "anyone", &["lists"], "");
     assert!(o.status.success(), "{o:?}");

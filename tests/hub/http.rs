@@ -275,6 +275,92 @@ async fn every_list_is_listed_with_its_tasks_by_status_and_its_version() {
 }
 
 #[tokio::test]
+async fn a_tasks_history_names_who_changed_what_over_http() {
+    let dir = scratch("http-history");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    lead_write(
+        &hub,
+        "hist",
+        &patch_body(json!([{"id": "t1", "content": "Parse", "active_form": "Parsing"}])),
+    )
+    .await;
+    let (s, _) = http(
+        &hub,
+        "POST",
+        "/v1/lists/hist/claim",
+        &[],
+        r#"{"agent": "w1"}"#,
+    )
+    .await;
+    assert_eq!(s, 200);
+    let done = json!({"mode": "patch", "ops": [{"op": "upsert", "task": {"id": "t1", "status": "completed"}}], "explanation": "parsed"});
+    let (s, _) = http(
+        &hub,
+        "POST",
+        "/v1/lists/hist/todo_write",
+        &[("X-Swarmtodo-Agent", "w1")],
+        &done.to_string(),
+    )
+    .await;
+    assert_eq!(s, 200);
+
+    let (s, h) = http(&hub, "GET", "/v1/lists/hist/tasks/t1/history", &[], "").await;
+    assert_eq!(s, 200, "{h}");
+    assert_eq!(h["total"], 3);
+    let agents: Vec<&str> = h["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["agent"].as_str().unwrap())
+        .collect();
+    assert_eq!(agents, ["lead", "w1", "w1"]);
+    assert_eq!(
+        h["entries"][1]["fields"],
+        json!([
+            {"field": "status", "before": "pending", "after": "in_progress"},
+            {"field": "owner", "before": null, "after": "w1"},
+        ])
+    );
+    assert_eq!(h["entries"][1]["explanation"], "w1 claims t1");
+    assert_eq!(h["entries"][2]["explanation"], "parsed");
+    let (s, last) = http(
+        &hub,
+        "GET",
+        "/v1/lists/hist/tasks/t1/history?limit=1",
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(
+        (s, &last["entries"][0], &last["total"]),
+        (200, &h["entries"][2], &json!(3))
+    );
+
+    for (path, status, code) in [
+        ("/v1/lists/hist/tasks/t9/history", 404, "unknown_task"),
+        ("/v1/lists/nope/tasks/t1/history", 404, "unknown_list"),
+        (
+            "/v1/lists/hist/tasks/t1/history?limit=0",
+            400,
+            "invalid_value",
+        ),
+        (
+            "/v1/lists/hist/tasks/t1/history?limit=501",
+            400,
+            "invalid_value",
+        ),
+        ("/v1/lists/hist/tasks/t1", 404, "not_found"),
+    ] {
+        let (s, e) = http(&hub, "GET", path, &[], "").await;
+        assert_eq!((s, e["code"].as_str()), (status, Some(code)), "{path}: {e}");
+    }
+    let (s, e) = http(&hub, "POST", "/v1/lists/hist/tasks/t1/history", AS_LEAD, "").await;
+    assert_eq!((s, e["code"].as_str()), (405, Some("method_not_allowed")));
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn compare_and_set_refuses_a_moved_list_and_a_stale_replace_keeps_what_others_added() {
     let dir = scratch("http-cas");
     let hub = HubProc::start(&dir.join("hub.db"));

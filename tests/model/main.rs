@@ -7,6 +7,7 @@
 mod common;
 
 mod authority_rules;
+mod history;
 mod properties;
 mod sync_fast;
 mod todo;

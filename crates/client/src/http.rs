@@ -17,7 +17,8 @@ use tokio::net::TcpStream;
 
 use crate::limits::{HTTP_ANSWER_BYTES_MAX, HTTP_TIMEOUT};
 use swarmtodo_proto::{
-    ApiError, ClaimAnswer, ClaimRequest, Event, ListsPage, Snapshot, WaitAnswer, WriteAnswer,
+    ApiError, ClaimAnswer, ClaimRequest, Event, ListsPage, Snapshot, TaskHistory, WaitAnswer,
+    WriteAnswer,
 };
 
 /// Why a call failed.
@@ -109,6 +110,21 @@ impl Api {
         let mut path = "/v1/lists".to_owned();
         if let Some(a) = after {
             path.push_str(&format!("?after={}", encode(a)));
+        }
+        self.json("GET", &path, "").await
+    }
+
+    /// The changes that touched task `task` of the list: the latest `limit`, oldest
+    /// first.
+    pub async fn history(
+        &self,
+        list: &str,
+        task: &str,
+        limit: Option<usize>,
+    ) -> Result<TaskHistory, HttpError> {
+        let mut path = format!("/v1/lists/{}/tasks/{}/history", encode(list), encode(task));
+        if let Some(l) = limit {
+            path.push_str(&format!("?limit={l}"));
         }
         self.json("GET", &path, "").await
     }

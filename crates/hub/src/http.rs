@@ -9,6 +9,7 @@
 //! - `POST /v1/lists/{name}/todo_write` — a `todo_write` request
 //! - `POST /v1/lists/{name}/claim` — `{agent?, task?}`
 //! - `GET /v1/lists/{name}/wait?version=V&timeout_ms=T` — a barrier on a version
+//! - `GET /v1/lists/{name}/tasks/{id}/history[?limit=N]` — the changes to a task
 //! - `GET /v1/lists/{name}/events?from=SEQ` — Server-Sent Events (`Last-Event-ID`
 //!   resumes), see `stream.rs`
 
@@ -30,8 +31,8 @@ use crate::limits::{
 };
 use swarmtodo_core::hub::{Answer, Call, Caller};
 use swarmtodo_proto::{
-    parse_write_request, ApiError, ClaimRequest, ErrorCode, Version, AGENT_ID_BYTES_MAX,
-    LISTS_PAGE_MAX,
+    parse_write_request, ApiError, ClaimRequest, ErrorCode, TaskHistory, Version,
+    AGENT_ID_BYTES_MAX, HISTORY_ENTRIES_MAX, LISTS_PAGE_MAX,
 };
 
 /// How long a wait waits when the call does not say (ms).
@@ -52,6 +53,9 @@ pub(crate) struct Api {
     pub(crate) store: swarmtodo_store::Store,
     /// What `/metrics` shows.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    /// Turns for history reads, shared by every connection (see
+    /// [`HISTORY_READS_MAX`](crate::limits::HISTORY_READS_MAX)).
+    pub(crate) history_reads: Arc<tokio::sync::Semaphore>,
 }
 
 /// A response body: JSON, or an event stream.
@@ -225,6 +229,7 @@ enum Route {
     Claim(String),
     Events(String),
     Wait(String),
+    History(String, String),
 }
 
 fn route(path: &str) -> Result<Route, ApiError> {
@@ -241,7 +246,7 @@ fn route(path: &str) -> Result<Route, ApiError> {
         error(
             ErrorCode::NotFound,
             None,
-            format!("no such path {path:?}: the API has /healthz, /metrics, /v1/lists, /v1/lists/{{name}}, and under it /todo_write, /claim, /wait and /events"),
+            format!("no such path {path:?}: the API has /healthz, /metrics, /v1/lists, /v1/lists/{{name}}, and under it /todo_write, /claim, /wait, /events and /tasks/{{id}}/history"),
         )
     };
     let rest = path.strip_prefix("/v1/lists/").ok_or_else(not_found)?;
@@ -257,12 +262,22 @@ fn route(path: &str) -> Result<Route, ApiError> {
             "the list name is not valid percent-encoded UTF-8",
         )
     })?;
-    match (parts.next(), parts.next()) {
-        (None, _) => Ok(Route::List(name)),
-        (Some("todo_write"), None) => Ok(Route::Write(name)),
-        (Some("claim"), None) => Ok(Route::Claim(name)),
-        (Some("events"), None) => Ok(Route::Events(name)),
-        (Some("wait"), None) => Ok(Route::Wait(name)),
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (None, ..) => Ok(Route::List(name)),
+        (Some("todo_write"), None, ..) => Ok(Route::Write(name)),
+        (Some("claim"), None, ..) => Ok(Route::Claim(name)),
+        (Some("events"), None, ..) => Ok(Route::Events(name)),
+        (Some("wait"), None, ..) => Ok(Route::Wait(name)),
+        (Some("tasks"), Some(task), Some("history"), None) if !task.is_empty() => {
+            let task = percent_decode(task).ok_or_else(|| {
+                error(
+                    ErrorCode::InvalidValue,
+                    Some("task"),
+                    "the task id is not valid percent-encoded UTF-8",
+                )
+            })?;
+            Ok(Route::History(name, task))
+        }
         _ => Err(not_found()),
     }
 }
@@ -397,7 +412,30 @@ impl Api {
                 };
                 (name, Call::Wait(Version(version), timeout_ms))
             }
-            (Route::Events(_) | Route::Wait(_), _) => return Err(method_not_allowed(&["GET"])),
+            (Route::History(name, task), &Method::GET) => {
+                let limit = match query_value(req.uri().query(), "limit")? {
+                    None => HISTORY_ENTRIES_MAX,
+                    Some(l) => l
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|l| (1..=HISTORY_ENTRIES_MAX).contains(l))
+                        .ok_or_else(|| {
+                            error(
+                                ErrorCode::InvalidValue,
+                                Some("limit"),
+                                format!("{l:?}: give a number of changes from 1 to {HISTORY_ENTRIES_MAX}"),
+                            )
+                        })?,
+                };
+                self.reader(&req)?;
+                let history = self.history(&name, task, limit).await?;
+                let body = serde_json::to_vec(&history)
+                    .map_err(|e| error(ErrorCode::Internal, None, e.to_string()))?;
+                return Ok((StatusCode::OK, body));
+            }
+            (Route::Events(_) | Route::Wait(_) | Route::History(..), _) => {
+                return Err(method_not_allowed(&["GET"]))
+            }
         };
         let caller = match call {
             Call::Read(_) | Call::Wait(..) => self.reader(&req)?,
@@ -454,6 +492,62 @@ impl Api {
             HeaderValue::from_static("no-cache"),
         );
         Ok(r)
+    }
+
+    /// A task's history, read from the store and computed off the hub's task (a pass
+    /// over the list's whole history costs tens of ms: no other list waits for it), at
+    /// most [`HISTORY_READS_MAX`](crate::limits::HISTORY_READS_MAX) at once. What the
+    /// store holds is everything the hub acknowledged.
+    async fn history(
+        &self,
+        name: &str,
+        task: String,
+        limit: usize,
+    ) -> Result<TaskHistory, ApiError> {
+        let doc = swarmtodo_core::hub::list_id(name)?;
+        let _turn = self.history_reads.acquire().await.map_err(|_| stopping())?;
+        let unknown = || {
+            error(
+                ErrorCode::UnknownList,
+                Some("list"),
+                format!(
+                    "no list is called {name:?}: create it (PUT /v1/lists/{{name}}) or write to it"
+                ),
+            )
+        };
+        let loaded = match self
+            .store
+            .load(swarmtodo_store::persist::doc_id(&doc))
+            .await
+        {
+            Ok(Some(l)) => l,
+            Ok(None) | Err(swarmtodo_store::StoreError::UnknownList(_)) => return Err(unknown()),
+            Err(e) => {
+                return Err(error(
+                    ErrorCode::Internal,
+                    None,
+                    format!("the store could not read the list ({e}): retry"),
+                ))
+            }
+        };
+        tokio::task::spawn_blocking(move || {
+            let doc = loaded.rebuild().map_err(|e| {
+                error(
+                    ErrorCode::Internal,
+                    None,
+                    format!("the stored list could not be read: {e}"),
+                )
+            })?;
+            swarmtodo_core::model::task_history(&doc, &task, limit)
+        })
+        .await
+        .map_err(|_| {
+            error(
+                ErrorCode::Internal,
+                None,
+                "reading the history failed: retry",
+            )
+        })?
     }
 
     /// A call answered as the JSON body of a 200.

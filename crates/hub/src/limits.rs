@@ -51,6 +51,9 @@ pub const STREAM_PAGE_MAX: usize = 256;
 /// Largest body of an HTTP API request (a `todo_write` of a whole list of long tasks
 /// goes as several patches).
 pub const HTTP_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Task histories read at once (each a load of its list from the store and a pass over
+/// its whole history, off the hub's task, on a blocking thread); more wait their turn.
+pub const HISTORY_READS_MAX: usize = 2;
 /// An HTTP API request's body must have arrived whole within this (after its head).
 pub const HTTP_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The read buffer for an HTTP API request's head (request line and headers): a head

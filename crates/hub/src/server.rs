@@ -96,6 +96,9 @@ pub async fn run(
     let (to_hub, hub_rx) = mpsc::channel::<ToHub>(HUB_QUEUE_MAX);
     // The event streams read the store's history themselves.
     let events_store = store.clone();
+    let history_reads = Arc::new(tokio::sync::Semaphore::new(
+        crate::limits::HISTORY_READS_MAX,
+    ));
     let metrics = Arc::new(crate::metrics::Metrics::default());
     let mut hub = tokio::spawn(hub_task(
         core,
@@ -149,6 +152,7 @@ pub async fn run(
                 };
                 let store = events_store.clone();
                 let metrics = metrics.clone();
+                let history_reads = history_reads.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
                     match crate::http::is_api(&stream).await {
@@ -160,6 +164,7 @@ pub async fn run(
                                 admitted: from.is_some(),
                                 store,
                                 metrics,
+                                history_reads,
                             };
                             let _counted = from;
                             crate::http::serve(stream, api).await;

@@ -40,6 +40,7 @@
 mod apply;
 pub(crate) mod deps;
 mod doc;
+mod history;
 mod index;
 mod normalize;
 mod position;
@@ -55,6 +56,7 @@ use automerge::{
 
 pub use self::apply::{chunk_changes, storage_chunk_len};
 pub use self::doc::{field, RawTask};
+pub use self::history::task_history;
 pub use self::index::{ChangeInfo, Merge, TaskDelta};
 pub use self::normalize::{
     clip, clip_written, normalize, normalize_priority, normalize_status, status_alias,
