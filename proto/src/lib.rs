@@ -576,6 +576,14 @@ pub enum EventBody {
         /// The dependency whose completion made it so.
         by: String,
     },
+    /// The hub gave a task to an agent that claimed it (`POST …/claim`): it is the
+    /// agent's, `in_progress` (its `tasks_changed` says the same with every field).
+    Claimed {
+        /// The task.
+        task: String,
+        /// The agent that holds it now.
+        agent: String,
+    },
     /// An agent arrived on the list: its first connection syncing it, or its first API
     /// call on it (since it last left).
     AgentJoined {
@@ -600,6 +608,41 @@ pub enum EventBody {
         /// reported (policy `report`).
         released: bool,
     },
+}
+
+/// Every event kind, as the `kind` field names it (the order of [`EventBody::kind_index`]).
+pub const EVENT_KINDS: [&str; 9] = [
+    "tasks_changed",
+    "violation",
+    "conflict",
+    "repaired",
+    "unblocked",
+    "claimed",
+    "agent_joined",
+    "agent_left",
+    "lease_expired",
+];
+
+impl EventBody {
+    /// Its `kind` field.
+    pub fn kind(&self) -> &'static str {
+        EVENT_KINDS[self.kind_index()]
+    }
+
+    /// Its kind's place in [`EVENT_KINDS`].
+    pub fn kind_index(&self) -> usize {
+        match self {
+            EventBody::TasksChanged { .. } => 0,
+            EventBody::Violation(_) => 1,
+            EventBody::Conflict(_) => 2,
+            EventBody::Repaired { .. } => 3,
+            EventBody::Unblocked { .. } => 4,
+            EventBody::Claimed { .. } => 5,
+            EventBody::AgentJoined { .. } => 6,
+            EventBody::AgentLeft { .. } => 7,
+            EventBody::LeaseExpired { .. } => 8,
+        }
+    }
 }
 
 /// An event with its place in the list's stream. (Not `deny_unknown_fields`: serde

@@ -189,8 +189,11 @@ impl View {
                     ),
                 );
             }
-            // Comings and goings would bury what needs a look in a large swarm.
-            EventBody::AgentJoined { .. } | EventBody::AgentLeft { .. } => {}
+            // Comings and goings would bury what needs a look in a large swarm; a claim
+            // shows from its `tasks_changed` (as a task taken over sync does).
+            EventBody::AgentJoined { .. }
+            | EventBody::AgentLeft { .. }
+            | EventBody::Claimed { .. } => {}
             EventBody::TasksChanged { tasks, .. } => {
                 for change in tasks {
                     let Some(after) = &change.after else { continue };

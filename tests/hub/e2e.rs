@@ -293,7 +293,12 @@ async fn synced_lists_follow_each_other_and_writes_made_offline_arrive_after_a_r
     let hub = HubProc::start(&db);
     let listen = hub.url.trim_start_matches("ws://").to_owned();
     let a = SyncedList::open(&hub.url, "alice", "live");
-    let b = SyncedList::open(&hub.url, "bob", "live");
+    // Bob asks for every event (by default a replica is not pushed `tasks_changed`).
+    let b = SyncedList::open(
+        &swarmtodo::client::with_events(&hub.url, "all"),
+        "bob",
+        "live",
+    );
     let mut b_rx = b.subscribe();
     let mut b_events = b.events();
     // Events are pushed to the peers syncing the list when they happen: make sure both
@@ -427,6 +432,69 @@ async fn a_peer_back_after_more_than_a_message_of_changes_syncs_both_ways() {
     l.sort();
     assert_eq!(a, l, "both replicas at the same heads");
     c.close().await.unwrap();
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A sync peer is pushed the kinds of event it asked for on its URL (`?events=`): by
+/// default what its replica cannot see for itself (a claim, not the `tasks_changed` of
+/// the change it receives anyway); with `all`, every kind. Unknown kinds are refused at
+/// the upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_peer_is_pushed_the_kinds_of_event_it_asked_for() {
+    use swarmtodo::client::http::Api;
+    use swarmtodo::client::with_events;
+    let dir = scratch("subscribe");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let lead = Api::new(&hub.url).unwrap().agent("lead");
+    let plan =
+        r#"{"mode": "patch", "ops": [{"op": "upsert", "task": {"id": "t1", "content": "Parse"}}]}"#;
+    lead.write("subs", plan).await.unwrap();
+    let doc = list_document_id("subs");
+    let mut peers = Vec::new();
+    for (name, url) in [
+        ("default", hub.url.clone()),
+        ("all", with_events(&hub.url, "all")),
+        ("none", with_events(&hub.url, "none")),
+    ] {
+        let mut replica = TodoList::create(actor(peers.len() as u8 + 1));
+        let mut conn = Connection::connect(&url, name).await.unwrap();
+        conn.sync(doc, &mut replica).await.unwrap();
+        conn.take_events();
+        peers.push((name, conn, replica, Vec::<String>::new()));
+    }
+    Api::new(&hub.url)
+        .unwrap()
+        .agent("w1")
+        .claim("subs", Some("t1"))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    for (name, conn, replica, kinds) in &mut peers {
+        // Each holds the claim; the first two hear of it.
+        while replica.read().tasks[0].owner.as_deref() != Some("w1")
+            || (*name != "none" && !kinds.iter().any(|k| k == "claimed"))
+        {
+            assert!(std::time::Instant::now() < deadline, "{name}: {kinds:?}");
+            conn.sync(doc, replica).await.unwrap();
+            kinds.extend(conn.take_events().iter().map(|e| e.body.kind().to_owned()));
+        }
+    }
+    let kinds = |n: &str| peers.iter().find(|p| p.0 == n).unwrap().3.clone();
+    assert_eq!(kinds("default"), ["claimed"]);
+    assert!(
+        kinds("all").contains(&"tasks_changed".to_owned()),
+        "{:?}",
+        kinds("all")
+    );
+    assert!(kinds("all").contains(&"claimed".to_owned()));
+    assert_eq!(kinds("none"), Vec::<String>::new());
+
+    let refused = Connection::connect(&with_events(&hub.url, "violation,bogus"), "x")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("400"), "{refused}");
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1087,6 +1087,13 @@ fn events_go_out_once_durable_and_wait_with_deferred_news() {
     let list = list_with_history(5, 10);
     let mut hub = Hub::with(&list);
     let mut peers = peers_in_step(&mut hub, &list, 3);
+    // Every kind (by default a replica is not pushed `tasks_changed`).
+    for (c, _, _) in &peers {
+        hub.core.handle(
+            0,
+            Input::Subscribed(*c, swarmtodo::hub::core::EventKinds::ALL),
+        );
+    }
     let mut inputs = Vec::new();
     for (i, (c, l, s)) in peers.iter_mut().take(2).enumerate() {
         l.write(

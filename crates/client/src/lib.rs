@@ -63,6 +63,20 @@ pub use self::limits::{
 };
 use self::session::{FromHub, Session};
 
+/// `url` asking the hub to push the events of `kinds`: `default` (what a replica cannot
+/// see for itself: violations, conflicts, repairs, unblocked tasks, claims, expired
+/// leases), `all`, `none`, or kinds separated by commas (`tasks_changed,violation`).
+pub fn with_events(url: &str, kinds: &str) -> String {
+    let sep = if url.contains('?') {
+        "&"
+    } else if url.ends_with('/') {
+        "?"
+    } else {
+        "/?"
+    };
+    format!("{url}{sep}events={kinds}")
+}
+
 /// Errors of the client.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -175,8 +189,9 @@ impl Connection {
         )))
     }
 
-    /// The events (violations, conflicts, repairs, task changes) the hub pushed while
-    /// [`Connection::sync`] ran, oldest first.
+    /// The events the hub pushed while [`Connection::sync`] ran, oldest first: the kinds
+    /// asked for on the URL ([`with_events`]; by default violations, conflicts, repairs,
+    /// claims, unblocked tasks and expired leases).
     pub fn take_events(&mut self) -> Vec<swarmtodo_proto::Event> {
         self.events.drain(..).collect()
     }

@@ -10,7 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::limits::{
     OUTBOX_BYTES_MAX, OUTBOX_FRAMES_MAX, RELAY_OUTBOX_BYTES_MAX, RELAY_OUTBOX_FRAMES_MAX,
 };
-use swarmtodo_core::hub::{Answer, Call, Caller, Close, ConnId, Identity, Input, StoredList};
+use swarmtodo_core::hub::{
+    Answer, Call, Caller, Close, ConnId, EventKinds, Identity, Input, StoredList,
+};
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::ApiError;
 use swarmtodo_store::StoreError;
@@ -18,9 +20,19 @@ use swarmtodo_store::StoreError;
 /// What the hub task receives.
 #[derive(Debug)]
 pub(crate) enum ToHub {
-    /// A connection opened, with its outbox, who its token says it is and where it
-    /// comes from.
-    Open(ConnId, Outbox, Option<Identity>, std::net::IpAddr),
+    /// A connection opened.
+    Open {
+        /// The connection.
+        id: ConnId,
+        /// Its writer.
+        outbox: Outbox,
+        /// Who its token says it is.
+        who: Option<Identity>,
+        /// Where it comes from.
+        address: std::net::IpAddr,
+        /// The kinds of event it asked to be pushed (`?events=`).
+        events: EventKinds,
+    },
     /// An input for the core.
     Input(Input),
     /// Close a connection for a reason found outside the core (rate, size, idleness):

@@ -101,11 +101,21 @@ pub(crate) async fn hub_task(
             },
         };
         let input = match msg {
-            ToHub::Open(id, outbox, who, address) => {
+            ToHub::Open {
+                id,
+                outbox,
+                who,
+                address,
+                events,
+            } => {
                 out.outboxes.insert(id, outbox);
                 let fx = core.handle_batch(
                     now_ms(),
-                    [Input::Connected(id), Input::Address(id, address)],
+                    [
+                        Input::Connected(id),
+                        Input::Address(id, address),
+                        Input::Subscribed(id, events),
+                    ],
                 );
                 perform(&mut core, &mut out, fx).await?;
                 match who {

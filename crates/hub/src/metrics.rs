@@ -83,6 +83,7 @@ pub(crate) struct Metrics {
     conflicts: AtomicU64,
     repairs: AtomicU64,
     leases_expired: AtomicU64,
+    claims: AtomicU64,
     /// Per [`Kind`] (read, create, write, claim) and [`Outcome`].
     calls: [[AtomicU64; 2]; 4],
     pub(crate) batch: Histogram,
@@ -109,6 +110,9 @@ impl Metrics {
                     EventBody::Repaired { .. } => {
                         self.repairs.fetch_add(1, Ordering::Relaxed);
                     }
+                    EventBody::Claimed { .. } => {
+                        self.claims.fetch_add(1, Ordering::Relaxed);
+                    }
                     EventBody::LeaseExpired { .. } => {
                         self.leases_expired.fetch_add(1, Ordering::Relaxed);
                     }
@@ -134,7 +138,7 @@ impl Metrics {
     /// The Prometheus text of every figure.
     pub(crate) fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let scalars: [(&str, &str, &str, &AtomicU64); 7] = [
+        let scalars: [(&str, &str, &str, &AtomicU64); 8] = [
             (
                 "swarmtodo_connections",
                 "gauge",
@@ -170,6 +174,12 @@ impl Metrics {
                 "counter",
                 "Repairs the authority wrote.",
                 &self.repairs,
+            ),
+            (
+                "swarmtodo_claims_total",
+                "counter",
+                "Tasks the hub gave to claimers.",
+                &self.claims,
             ),
             (
                 "swarmtodo_leases_expired_total",

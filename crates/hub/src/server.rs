@@ -19,7 +19,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{http, Message};
 
-use swarmtodo_core::hub::{Close, ConnId, HubCore, Input};
+use swarmtodo_core::hub::{Close, ConnId, EventKinds, HubCore, Input};
 use swarmtodo_proto::wire::{DocumentId, MESSAGE_BYTES_MAX};
 use swarmtodo_store::Store;
 
@@ -226,6 +226,7 @@ async fn serve_conn(conn: Conn, stream: TcpStream, from: Option<Slot<std::net::I
     let _ = stream.set_nodelay(true);
     let mut who = None;
     let mut token_slot = None;
+    let mut events = EventKinds::DEFAULT;
     // The signature is tungstenite's (`Callback`): its error is the HTTP response.
     #[allow(clippy::result_large_err)]
     let admit = |req: &http::Request<()>, resp: http::Response<()>| {
@@ -239,6 +240,24 @@ async fn serve_conn(conn: Conn, stream: TcpStream, from: Option<Slot<std::net::I
                 "connections_per_address",
                 &message,
             ));
+        }
+        if let Some(asked) = req
+            .uri()
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("events="))
+        {
+            match EventKinds::parse(&asked.replace("%2C", ",").replace("%2c", ",")) {
+                Ok(kinds) => events = kinds,
+                Err(why) => {
+                    return Err(refusal(
+                        http::StatusCode::BAD_REQUEST,
+                        "events_invalid",
+                        &why,
+                    ));
+                }
+            }
         }
         match access.admit(req.uri()) {
             Ok(None) => Ok(resp),
@@ -295,7 +314,13 @@ async fn serve_conn(conn: Conn, stream: TcpStream, from: Option<Slot<std::net::I
         queued_bytes: queued_bytes.clone(),
     };
     if to_hub
-        .send(ToHub::Open(id, outbox, who, address))
+        .send(ToHub::Open {
+            id,
+            outbox,
+            who,
+            address,
+            events,
+        })
         .await
         .is_err()
     {

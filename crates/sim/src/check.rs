@@ -22,7 +22,7 @@ use super::outcome::Injection;
 pub use super::outcome::{Check, RuleCount};
 use super::scenario::Action;
 use swarmtodo_core::authority::{Authority, Policy, Roles};
-use swarmtodo_core::hub::{for_sync_peers, Commit, ConnId, HUB_AGENT};
+use swarmtodo_core::hub::{Commit, ConnId, EventKinds, HUB_AGENT};
 use swarmtodo_core::model::TodoList;
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{Resolution, Rule};
@@ -101,13 +101,13 @@ pub struct Delivery {
 
 impl Delivery {
     /// The store made `commit` durable and its events got `seqs`: each of its peers is
-    /// owed those pushed to sync peers.
+    /// owed those of the kinds it asked for (the simulated agents take the default).
     pub fn durable(&mut self, commit: &Commit, seqs: &[u64]) {
         let pushed: Vec<u64> = commit
             .events
             .iter()
             .zip(seqs)
-            .filter(|(body, _)| for_sync_peers(body))
+            .filter(|(body, _)| EventKinds::DEFAULT.wants(body))
             .map(|(_, seq)| *seq)
             .collect();
         for (c, _) in commit.notify.iter() {

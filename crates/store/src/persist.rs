@@ -26,17 +26,7 @@ struct StoredBody<'a> {
 
 /// The kind an event is stored (and streamed) under: its `kind` field.
 pub fn kind(body: &swarmtodo_proto::EventBody) -> &'static str {
-    use swarmtodo_proto::EventBody::*;
-    match body {
-        TasksChanged { .. } => "tasks_changed",
-        Unblocked { .. } => "unblocked",
-        AgentJoined { .. } => "agent_joined",
-        AgentLeft { .. } => "agent_left",
-        LeaseExpired { .. } => "lease_expired",
-        Violation(_) => "violation",
-        Conflict(_) => "conflict",
-        Repaired { .. } => "repaired",
-    }
+    body.kind()
 }
 
 /// What one commit came to: its events' sequence numbers, or why the store refused it

@@ -410,12 +410,21 @@ impl HubCore {
                     .push((id, doc.list.read_at(&v).map(Answer::Snapshot)));
             }
             Call::Write(req) => {
-                self.write_as(now_ms, id, caller, doc_id, &req, fx, |result, list| {
-                    Answer::Written(WriteAnswer {
-                        result,
-                        snapshot: list.read(),
-                    })
-                });
+                self.write_as(
+                    now_ms,
+                    id,
+                    caller,
+                    doc_id,
+                    &req,
+                    None,
+                    fx,
+                    |result, list| {
+                        Answer::Written(WriteAnswer {
+                            result,
+                            snapshot: list.read(),
+                        })
+                    },
+                );
             }
             Call::Claim(named) => {
                 let task = match pick(&doc.list, &caller.agent, named.as_deref()) {
@@ -437,12 +446,17 @@ impl HubCore {
                     explanation: Some(format!("{} claims {}", caller.agent, task.id)),
                 };
                 let claimed = task.id;
+                let event = EventBody::Claimed {
+                    task: claimed.clone(),
+                    agent: caller.agent.clone(),
+                };
                 self.write_as(
                     now_ms,
                     id,
                     caller,
                     doc_id,
                     &req,
+                    Some(event),
                     fx,
                     move |_, list| match list.raw_task(&claimed) {
                         Some(raw) => Answer::Claimed(ClaimAnswer {
@@ -457,8 +471,9 @@ impl HubCore {
     }
 
     /// `todo_write` on list `doc_id` as the caller (its own actor, its role), checked
-    /// and repaired by the authority, committed, and answered with `answer` of the
-    /// result and the list once durable (at once when the write changed nothing).
+    /// and repaired by the authority, committed with `event` when the authority let it
+    /// stand, and answered with `answer` of the result and the list once durable (at
+    /// once when the write changed nothing).
     #[allow(clippy::too_many_arguments)] // One call's parts; a struct would only rename them.
     fn write_as(
         &mut self,
@@ -467,6 +482,7 @@ impl HubCore {
         caller: &Caller,
         doc_id: DocumentId,
         req: &WriteRequest,
+        event: Option<EventBody>,
         fx: &mut Effects,
         answer: impl FnOnce(WriteResult, &TodoList) -> Answer,
     ) {
@@ -520,7 +536,10 @@ impl HubCore {
                     }
                 ),
             )),
-            None => Ok(answer(result, &doc.list)),
+            None => {
+                commit.events.extend(event);
+                Ok(answer(result, &doc.list))
+            }
         };
         commit.answers.push((id, answered));
         self.commit(doc_id, commit, fx);

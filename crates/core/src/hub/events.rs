@@ -6,20 +6,62 @@ use super::limits::TASKS_CHANGED_BYTES_SPLIT;
 use super::{Commit, ConnId, EVENTS_SESSION};
 use crate::model::{normalize, ChangeInfo, Merge, TodoList};
 use crate::proto::wire::{self, DocumentId, PeerId, WireMessage};
-use crate::proto::{EventBody, TaskChange};
+use crate::proto::{EventBody, TaskChange, EVENT_KINDS};
 
-/// Whether sync peers are pushed events of this kind: every kind but the agents'
-/// comings and goings (in the store and the HTTP event stream; a replica has no use for
-/// them, and a swarm's joins would cost every peer a frame each).
-pub fn for_sync_peers(body: &EventBody) -> bool {
-    !matches!(
-        body,
-        EventBody::AgentJoined { .. } | EventBody::AgentLeft { .. }
-    )
+/// The kinds of event a sync peer is pushed: those it asked for when it connected
+/// (`?events=` on its URL), else [`EventKinds::DEFAULT`]. The store and the HTTP event
+/// stream have them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventKinds(u32);
+
+impl EventKinds {
+    /// Every kind.
+    pub const ALL: EventKinds = EventKinds((1 << EVENT_KINDS.len()) - 1);
+    /// None: the peer only syncs.
+    pub const NONE: EventKinds = EventKinds(0);
+    /// What a replica cannot see for itself: violations, conflicts, repairs, unblocked
+    /// tasks, claims and expired leases — not `tasks_changed` (a replica receives the
+    /// change itself) nor agents' comings and goings (a swarm's joins would cost every
+    /// peer a frame each).
+    pub const DEFAULT: EventKinds =
+        EventKinds(EventKinds::ALL.0 & !(1 << 0) & !(1 << 6) & !(1 << 7));
+
+    /// `default`, `all`, `none`, or kinds separated by commas (`violation,claimed`).
+    pub fn parse(text: &str) -> Result<EventKinds, String> {
+        match text {
+            "default" => return Ok(EventKinds::DEFAULT),
+            "all" => return Ok(EventKinds::ALL),
+            "none" | "" => return Ok(EventKinds::NONE),
+            _ => {}
+        }
+        let mut kinds = 0;
+        for k in text.split(',') {
+            let i = EVENT_KINDS.iter().position(|known| *known == k).ok_or_else(|| {
+                format!(
+                    "{k:?} is no event kind: ask for `default`, `all`, `none` or some of {}, separated by commas",
+                    EVENT_KINDS.join(", ")
+                )
+            })?;
+            kinds |= 1 << i;
+        }
+        Ok(EventKinds(kinds))
+    }
+
+    /// Whether a peer with these kinds is pushed `body`.
+    pub fn wants(self, body: &EventBody) -> bool {
+        self.0 & (1 << body.kind_index()) != 0
+    }
+}
+
+impl Default for EventKinds {
+    fn default() -> Self {
+        EventKinds::DEFAULT
+    }
 }
 
 /// The frames that push the events of durable commits (each with its events' sequence
-/// numbers in the store and the time it was committed) to the peers each names: one
+/// numbers in the store and the time it was committed) to the peers each names that
+/// `wants` them (its [`EventKinds`]): one
 /// `ephemeral` frame per peer and list for all of them (session [`EVENTS_SESSION`],
 /// `count` = the last seq), its data the CBOR text of the event's JSON — or of a JSON
 /// array of events when there are several. Under load a batch of merges costs each
@@ -27,6 +69,7 @@ pub fn for_sync_peers(body: &EventBody) -> bool {
 pub(super) fn event_frames(
     hub: &PeerId,
     commits: &[(Commit, Vec<u64>, i64)],
+    wants: impl Fn(ConnId, &EventBody) -> bool,
 ) -> Vec<(ConnId, Vec<u8>)> {
     // Every event once; then (list, peer) → the indexes of its events, in order.
     let mut events: Vec<crate::proto::Event> = Vec::new();
@@ -40,10 +83,10 @@ pub(super) fn event_frames(
                 at_ms,
                 body: body.clone(),
             });
-            if !for_sync_peers(body) {
-                continue;
-            }
             for (conn, peer) in commit.notify.iter() {
+                if !wants(*conn, body) {
+                    continue;
+                }
                 per_peer
                     .entry((commit.doc, *conn))
                     .or_insert_with(|| (peer.clone(), Vec::new()))
@@ -170,4 +213,38 @@ pub(super) fn tasks_changed(list: &TodoList, m: &Merge) -> Vec<EventBody> {
         tasks,
     });
     events
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+
+    use super::*;
+
+    #[test]
+    fn event_kinds_parse_from_a_url_and_say_what_a_peer_is_pushed() {
+        let claimed = EventBody::Claimed {
+            task: "t1".into(),
+            agent: "w1".into(),
+        };
+        let changed = EventBody::TasksChanged {
+            agents: Vec::new(),
+            changes: Vec::new(),
+            tasks: Vec::new(),
+        };
+        let joined = EventBody::AgentJoined { agent: "w1".into() };
+        assert_eq!(EventKinds::parse("default").unwrap(), EventKinds::DEFAULT);
+        assert!(EventKinds::DEFAULT.wants(&claimed));
+        assert!(!EventKinds::DEFAULT.wants(&changed));
+        assert!(!EventKinds::DEFAULT.wants(&joined));
+        assert!(EventKinds::parse("all").unwrap().wants(&joined));
+        assert!(!EventKinds::parse("none").unwrap().wants(&claimed));
+        let some = EventKinds::parse("tasks_changed,agent_joined").unwrap();
+        assert!(some.wants(&changed) && some.wants(&joined) && !some.wants(&claimed));
+        let err = EventKinds::parse("violation,nope").unwrap_err();
+        assert!(err.contains("\"nope\" is no event kind"), "{err}");
+        for (i, kind) in EVENT_KINDS.iter().enumerate() {
+            assert_eq!(EventKinds::parse(kind).unwrap(), EventKinds(1 << i));
+        }
+    }
 }

@@ -40,7 +40,7 @@ use self::budget::{CreationBudget, Creator, RelayBudget, WorkBudget};
 use self::calls::WaitingCall;
 pub use self::calls::{api_actor, list_id, Answer, Call, CallId, Caller};
 use self::events::event_frames;
-pub use self::events::{events_of, for_sync_peers};
+pub use self::events::{events_of, EventKinds};
 pub use self::limits::*;
 use crate::authority::{Authority, Policy, Roles};
 use crate::model::sync::SentIndex;
@@ -102,6 +102,9 @@ pub enum Input {
     /// The connection comes from this remote address (the identity its list creations
     /// are counted under when it has no token).
     Address(ConnId, std::net::IpAddr),
+    /// The kinds of event the connection asked to be pushed (else
+    /// [`EventKinds::DEFAULT`]).
+    Subscribed(ConnId, EventKinds),
     /// Nothing else waits: what a busy moment deferred (news, events) goes out now. The
     /// runtime sends it when its queue runs dry while [`HubCore::deferred`] holds.
     Tick,
@@ -278,6 +281,8 @@ struct Conn {
     work: WorkBudget,
     /// Who it is, when it presented a token.
     identity: Option<Identity>,
+    /// The kinds of event it is pushed.
+    events: EventKinds,
     /// What it may still have relayed (see [`EPHEMERAL_BYTES_PER_SECOND`]).
     relay: RelayBudget,
     /// Where it comes from, when the runtime said.
@@ -580,7 +585,11 @@ impl HubCore {
         if !self.durable.is_empty() && (self.news.is_empty() || waited) {
             let durable = std::mem::take(&mut self.durable);
             fx.events
-                .extend(event_frames(&self.config.peer_id, &durable));
+                .extend(event_frames(&self.config.peer_id, &durable, |c, body| {
+                    self.conns
+                        .get(&c)
+                        .is_some_and(|conn| conn.events.wants(body))
+                }));
         }
     }
 
@@ -594,6 +603,7 @@ impl HubCore {
                         docs: BTreeSet::new(),
                         work: WorkBudget::new(now_ms, self.config.sync_work),
                         identity: None,
+                        events: EventKinds::DEFAULT,
                         relay: RelayBudget::new(now_ms),
                         address: None,
                     },
@@ -602,6 +612,11 @@ impl HubCore {
             Input::Address(c, address) => {
                 if let Some(conn) = self.conns.get_mut(&c) {
                     conn.address = Some(address);
+                }
+            }
+            Input::Subscribed(c, kinds) => {
+                if let Some(conn) = self.conns.get_mut(&c) {
+                    conn.events = kinds;
                 }
             }
             Input::Identified(c, who) => {
