@@ -786,6 +786,110 @@ async fn an_event_stream_resumed_with_last_event_id_has_every_event_once() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A reader that stops reading while more than `STREAM_BUFFERED_MAX` events are
+/// committed (large ones: its socket fills long before) falls off the live stream and
+/// is served from the store: once it reads again it gets every event once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_past_the_stream_buffer_gets_every_event_from_the_store() {
+    use swarmtodo::hub::limits::STREAM_BUFFERED_MAX;
+    let dir = scratch("http-sse-behind");
+    let (hub, log) = HubProc::start_logging(&dir.join("hub.db"), &[], "info");
+    let hub = std::sync::Arc::new(hub);
+    let (s, _) = http(&hub, "PUT", "/v1/lists/flood", AS_LEAD, "").await;
+    assert_eq!(s, 200);
+    // The reader takes the snapshot, then reads nothing, on a socket with a small
+    // receive buffer (no autotuning makes room for what it does not read).
+    let addr = hub.url.trim_start_matches("ws://").to_owned();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut reader = socket.connect(addr.parse().unwrap()).await.unwrap();
+    reader
+        .write_all(
+            format!("GET /v1/lists/flood/events HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut first = vec![0u8; 1024];
+    let n = reader.read(&mut first).await.unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).contains("200 OK"));
+    // Four writers, each write one event of about 16 KiB (two texts of 4 KiB, before and
+    // after).
+    const WRITERS: usize = 4;
+    // Twice the buffer: the socket and the stream's queue take about 500 of them before
+    // the stream stops taking live events.
+    let per_writer = (2 * STREAM_BUFFERED_MAX).div_ceil(WRITERS);
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let hub = hub.clone();
+            tokio::spawn(async move {
+                let agent = format!("writer-{w}");
+                for i in 0..per_writer {
+                    let text = format!("{i:04}{}", "x".repeat(4_000));
+                    let body = patch_body(
+                        json!([{"id": format!("w{w}"), "content": text, "active_form": text}]),
+                    );
+                    let (s, e) = http(
+                        &hub,
+                        "POST",
+                        "/v1/lists/flood/todo_write",
+                        &[("X-Swarmtodo-Agent", &agent)],
+                        &body,
+                    )
+                    .await;
+                    assert_eq!(s, 200, "{e}");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    // Now it reads: every event, once, in order, up to the last one stored.
+    let (_, list) = http(&hub, "GET", "/v1/lists/flood", &[], "").await;
+    assert_eq!(list["tasks"].as_array().unwrap().len(), WRITERS);
+    let mut pending = String::new();
+    let mut seqs: Vec<u64> = Vec::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let deadline = tokio::time::Instant::now() + WAIT;
+    // At least one event per write; then whatever else there is, until it goes quiet.
+    let writes = WRITERS * per_writer;
+    loop {
+        let wait = if seqs.len() >= writes {
+            tokio::time::Instant::now() + std::time::Duration::from_secs(1)
+        } else {
+            deadline
+        };
+        let n = match tokio::time::timeout_at(wait, reader.read(&mut buf)).await {
+            Ok(read) => read.unwrap(),
+            Err(_) if seqs.len() >= writes => break,
+            Err(_) => panic!("{} events came, of at least {writes}", seqs.len()),
+        };
+        assert!(n > 0, "the stream ended after {} events", seqs.len());
+        pending.push_str(&String::from_utf8_lossy(&buf[..n]));
+        while let Some(end) = pending.find('\n') {
+            let line: String = pending.drain(..=end).collect();
+            if let Some(id) = line.strip_prefix("id: ") {
+                seqs.push(id.trim().parse().unwrap());
+            }
+        }
+    }
+    let expected: Vec<u64> = (1..=*seqs.last().unwrap()).collect();
+    assert_eq!(seqs, expected, "every event once, in seq order");
+    let behind = log
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("an event stream fell behind the live events"));
+    assert!(
+        behind,
+        "the reader fell past the live buffer ({} events): {:?}",
+        seqs.len(),
+        log.lock().unwrap().iter().rev().take(5).collect::<Vec<_>>()
+    );
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test]
 async fn completing_the_last_dependency_unblocks_a_task_with_an_event_and_it_can_be_claimed() {
     let dir = scratch("http-unblocked");

@@ -151,9 +151,13 @@ async fn feed(
                     tx.send(message).await.map_err(|_| gone)?;
                     last = seq;
                 }
-                // A gap (the reader lagged, or an event it has not seen yet was
-                // committed before it subscribed): back to the store.
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                // A gap (an event it has not seen yet was committed before it
+                // subscribed): back to the store.
+                Ok(_) => break,
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::info!(%doc, last, missed, "an event stream fell behind the live events: it goes on from the store");
+                    break;
+                }
                 Err(broadcast::error::RecvError::Closed) => return Err("the hub stopped"),
             }
         }

@@ -94,6 +94,8 @@ pub struct FinalState<'a> {
 #[derive(Debug, Default)]
 pub struct Delivery {
     durable: BTreeMap<(ConnId, DocumentId), Vec<u64>>,
+    /// The kinds of event each connection asked for (absent: the default).
+    kinds: BTreeMap<ConnId, EventKinds>,
     received: BTreeMap<(ConnId, DocumentId), Vec<u64>>,
     /// Connections still open at the end, whose streams must be complete.
     open: BTreeSet<ConnId>,
@@ -101,21 +103,22 @@ pub struct Delivery {
 
 impl Delivery {
     /// The store made `commit` durable and its events got `seqs`: each of its peers is
-    /// owed those of the kinds it asked for (the simulated agents take the default).
+    /// owed those of the kinds it asked for.
     pub fn durable(&mut self, commit: &Commit, seqs: &[u64]) {
-        let pushed: Vec<u64> = commit
-            .events
-            .iter()
-            .zip(seqs)
-            .filter(|(body, _)| EventKinds::DEFAULT.wants(body))
-            .map(|(_, seq)| *seq)
-            .collect();
         for (c, _) in commit.notify.iter() {
-            self.durable
-                .entry((*c, commit.doc))
-                .or_default()
-                .extend_from_slice(&pushed);
+            let kinds = self.kinds.get(c).copied().unwrap_or_default();
+            let owed = self.durable.entry((*c, commit.doc)).or_default();
+            for (body, seq) in commit.events.iter().zip(seqs) {
+                if kinds.wants(body) {
+                    owed.push(*seq);
+                }
+            }
         }
+    }
+
+    /// Connection `c` asked for events of `kinds`.
+    pub fn subscribed(&mut self, c: ConnId, kinds: EventKinds) {
+        self.kinds.insert(c, kinds);
     }
 
     /// Connection `c`'s client received events of `doc` with these seqs, in this order.

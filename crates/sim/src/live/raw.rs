@@ -157,7 +157,8 @@ pub(crate) struct SlowTokens<'a> {
 }
 
 /// A slow reader on a list of its own (`name`, which no agent syncs): a well-behaved
-/// client creates the list, the slow reader joins, requests it — and never reads again,
+/// client creates the list, the slow reader joins asking for every kind of event,
+/// requests it — and never reads again,
 /// on a socket with a small receive buffer. The client then writes big tasks (each write
 /// relayed to the slow reader) until the hub's outbox for the slow reader is full and
 /// the hub drops it (1008 `slow_reader`; the close frame cannot reach a peer that does
@@ -310,8 +311,10 @@ async fn slow_connect(
     .ok()?;
     socket.set_recv_buffer_size(SLOW_READER_RCVBUF_BYTES).ok()?;
     let stream = socket.connect(addr).await.ok()?;
-    let (ws, _) = tokio_tungstenite::client_async(authed(url, token), stream)
-        .await
-        .ok()?;
+    // Every kind of event: a peer that asked for them all and never reads is the one a
+    // hub must drop (one with the default kinds gets little beyond the sync messages the
+    // hub holds back for a peer that does not acknowledge them).
+    let url = swarmtodo_client::with_events(&authed(url, token), "all");
+    let (ws, _) = tokio_tungstenite::client_async(url, stream).await.ok()?;
     Some(ws)
 }

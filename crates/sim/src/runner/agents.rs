@@ -11,7 +11,7 @@ use crate::behave::SEEN_VERSIONS_MAX;
 use crate::net::{Dir, Event};
 use crate::outcome::{Fault, SimError};
 use swarmtodo_client::session::{FromHub, Session};
-use swarmtodo_core::hub::{Close, ConnId, Input};
+use swarmtodo_core::hub::{Close, ConnId, EventKinds, Input};
 use swarmtodo_core::syncmsg;
 use swarmtodo_proto::wire::{self, PeerId, WireMessage};
 
@@ -65,6 +65,15 @@ impl Sim<'_> {
         self.conns.insert(c, ConnInfo { agent: a, side });
         self.hub_conns.insert(c);
         self.hub_input(Input::Connected(c))?;
+        // Every other connection asks for every kind of event; the others take the
+        // default (the delivery check follows each one's kinds).
+        let kinds = if c.0 % 2 == 0 {
+            EventKinds::ALL
+        } else {
+            EventKinds::DEFAULT
+        };
+        self.delivery.subscribed(c, kinds);
+        self.hub_input(Input::Subscribed(c, kinds))?;
         Ok(c)
     }
 
