@@ -67,7 +67,7 @@ impl Sim<'_> {
         self.hub_input(Input::Connected(c))?;
         // Every other connection asks for every kind of event; the others take the
         // default (the delivery check follows each one's kinds).
-        let kinds = if c.0 % 2 == 0 {
+        let kinds = if c.0.is_multiple_of(2) {
             EventKinds::ALL
         } else {
             EventKinds::DEFAULT
