@@ -215,8 +215,32 @@ async fn every_list_is_listed_with_its_tasks_by_status_and_its_version() {
         .map(|k| l["tasks"][k].as_u64().unwrap())
         .collect()
     };
-    let (s, page) = http(&hub, "GET", "/v1/lists", &[], "").await;
-    assert_eq!(s, 200, "{page}");
+    // The index is at most LIST_SUMMARY_INTERVAL_MS behind: read it until it shows `v`
+    // for list `key`.
+    let listing = |key: &'static str, v: Value| {
+        let hub = &hub;
+        async move {
+            let deadline = std::time::Instant::now() + WAIT;
+            loop {
+                let (s, page) = http(hub, "GET", "/v1/lists", &[], "").await;
+                assert_eq!(s, 200, "{page}");
+                let at = page["lists"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|l| l["name"] == json!(key) && l["version"] == v);
+                if at {
+                    return page;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{key} not at {v}: {page}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let page = listing("beta", written["snapshot"]["version"].clone()).await;
     assert_eq!(page["next"], Value::Null);
     assert_eq!(page["lists"].as_array().unwrap().len(), 3, "{page}");
     assert_eq!(counts(&listed(&page, "alpha")), [0, 0, 0, 0, 0]);
@@ -253,7 +277,9 @@ async fn every_list_is_listed_with_its_tasks_by_status_and_its_version() {
         &patch_body(json!([{"id": "g2", "content": "Named"}])),
     )
     .await;
-    let (_, page) = http(&hub, "GET", "/v1/lists", &[], "").await;
+    let gamma_version = http(&hub, "GET", "/v1/lists/gamma", &[], "").await.1["version"].clone();
+    listing("gamma", gamma_version).await;
+    let page = listing("beta", claimed["version"].clone()).await;
     assert_eq!(counts(&listed(&page, "beta")), [1, 2, 1, 1, 1]);
     assert_eq!(counts(&listed(&page, "gamma")), [2, 0, 0, 0, 0]);
     assert_eq!(

@@ -149,7 +149,11 @@ pub(crate) async fn hub_task(
                 let _ = reply.send(out.streams.subscribe(list));
                 continue;
             }
-            ToHub::Shutdown => break,
+            ToHub::Shutdown => {
+                let fx = core.flush(now_ms());
+                perform(&mut core, &mut out, fx).await?;
+                break;
+            }
         };
         if let Input::Disconnected(id) = &input {
             out.outboxes.remove(id);

@@ -588,8 +588,8 @@ impl HubCore {
         }
     }
 
-    /// When a list kept for calls is due to leave memory, a wait times out or an agent
-    /// gone reaches the end of its window (the
+    /// When a list kept for calls is due to leave memory, a wait times out, an agent
+    /// gone reaches the end of its window or a row of the index of lists is due (the
     /// runtime sends [`Input::Tick`](super::Input::Tick) then, if nothing came before).
     pub fn next_wake_ms(&self) -> Option<i64> {
         let idle = self
@@ -601,6 +601,7 @@ impl HubCore {
         idle.into_iter()
             .chain(wait)
             .chain(self.next_presence_ms())
+            .chain(self.next_summary_ms())
             .min()
     }
 

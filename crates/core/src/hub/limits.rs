@@ -11,6 +11,9 @@ pub const WAITS_MAX: usize = 256;
 pub const WAIT_MS_MAX: i64 = 60_000;
 /// Most lists kept in memory for API calls alone; past it the longest idle leaves.
 pub const CALLED_LISTS_KEPT_MAX: usize = 256;
+/// Most often one list's row in the store's index of lists (`GET /v1/lists`: version,
+/// tasks by status) is written, in ms: the index is at most this far behind the list.
+pub const LIST_SUMMARY_INTERVAL_MS: i64 = 1_000;
 /// How long an agent may have no connection syncing a list and make no API call on it
 /// before it has left (`agent_left`), on a list without a lease (`Policy::lease_ms`,
 /// which takes its place). A reconnect within it is no leaving.

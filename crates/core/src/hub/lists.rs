@@ -3,7 +3,9 @@
 use automerge::Automerge;
 
 use super::events::change_count;
-use super::{Close, ConnId, DocState, Effects, HubCore, StoredList};
+use super::limits::LIST_SUMMARY_INTERVAL_MS;
+use super::merge::summary_of;
+use super::{Close, Commit, ConnId, DocState, Effects, HubCore, StoredList};
 use crate::model::TodoList;
 use crate::proto::wire::DocumentId;
 
@@ -31,6 +33,7 @@ impl HubCore {
         }
         self.calls_loaded(now_ms, id, &mut fx);
         self.check_presence(now_ms, &mut fx);
+        self.flush_summaries(now_ms, false, &mut fx);
         self.answer(now_ms, false, &mut fx);
         // The peers that asked for it may have left while it loaded: then nobody syncs
         // it, and it leaves memory again.
@@ -124,5 +127,60 @@ impl HubCore {
         };
         self.drop_list(doc_id, None, &refused, fx);
         peers
+    }
+}
+
+impl HubCore {
+    /// Writes the rows of the index of lists that wait for their interval and are due
+    /// (`all`: every one), each as a commit of its own with nothing else in it.
+    pub(super) fn flush_summaries(&mut self, now_ms: i64, all: bool, fx: &mut Effects) {
+        if self.summaries_due.is_empty() {
+            return;
+        }
+        for doc_id in std::mem::take(&mut self.summaries_due) {
+            let Some(doc) = self.docs.get_mut(&doc_id) else {
+                continue;
+            };
+            if !doc.summary_stale {
+                continue;
+            }
+            if !all && now_ms.saturating_sub(doc.summary_written_ms) < LIST_SUMMARY_INTERVAL_MS {
+                self.summaries_due.insert(doc_id);
+                continue;
+            }
+            self.write_summary(now_ms, doc_id, fx);
+        }
+    }
+
+    /// A commit of list `doc_id`'s row in the index of lists alone.
+    pub(super) fn write_summary(&mut self, now_ms: i64, doc_id: DocumentId, fx: &mut Effects) {
+        let Some(doc) = self.docs.get_mut(&doc_id) else {
+            return;
+        };
+        doc.summary_written_ms = now_ms;
+        doc.summary_stale = false;
+        fx.commits.push(Commit {
+            summary: Some(summary_of(doc)),
+            ..Commit::empty(doc_id)
+        });
+    }
+
+    /// When the next row of the index of lists is due.
+    pub(super) fn next_summary_ms(&self) -> Option<i64> {
+        self.summaries_due
+            .iter()
+            .filter_map(|d| self.docs.get(d))
+            .map(|d| {
+                d.summary_written_ms
+                    .saturating_add(LIST_SUMMARY_INTERVAL_MS)
+            })
+            .min()
+    }
+
+    /// Before the hub stops: every row of the index of lists that waits, written now.
+    pub fn flush(&mut self, now_ms: i64) -> Effects {
+        let mut fx = Effects::default();
+        self.flush_summaries(now_ms, true, &mut fx);
+        fx
     }
 }

@@ -8,7 +8,7 @@ use automerge::{sync, ActorId, Automerge, ChangeHash};
 use super::events::{change_count, tasks_changed};
 use super::limits::{
     COMPACT_AFTER_CHANGES, COMPACT_AFTER_GROWTH_PERCENT, DOCS_MAX, DOCS_PER_CONN_MAX,
-    REBUILD_AFTER_GROWTH_PERCENT,
+    LIST_SUMMARY_INTERVAL_MS, REBUILD_AFTER_GROWTH_PERCENT,
 };
 use super::{
     Commit, Compaction, Conn, ConnId, ConnState, DocState, Effects, HubCore, Identity, Peer,
@@ -269,11 +269,17 @@ impl HubCore {
                 doc.presence.owners_unchecked = true;
                 self.presence_dirty.insert(doc_id);
             }
-            commit.summary = Some(Summary {
-                name: doc.name.clone(),
-                version: doc.list.version(),
-                tasks: doc.list.counts(),
-            });
+            // The index of lists is written at most every LIST_SUMMARY_INTERVAL_MS per
+            // list (a row update per write cost a fifth of the hub's sustained writes);
+            // a later batch or tick writes the last one (`flush_summaries`).
+            if self.clock_ms.saturating_sub(doc.summary_written_ms) >= LIST_SUMMARY_INTERVAL_MS {
+                commit.summary = Some(summary_of(doc));
+                doc.summary_written_ms = self.clock_ms;
+                doc.summary_stale = false;
+            } else {
+                doc.summary_stale = true;
+                self.summaries_due.insert(doc_id);
+            }
         }
         doc.since_compaction += commit.changes.len();
         self.stored.insert(doc_id);
@@ -373,6 +379,15 @@ fn unblocked<'a>(list: &TodoList, merges: impl Iterator<Item = &'a Merge>) -> Ve
         }
     }
     events
+}
+
+/// What the index of lists shows of `doc` now.
+pub(super) fn summary_of(doc: &DocState) -> Summary {
+    Summary {
+        name: doc.name.clone(),
+        version: TodoList::version_of(&doc.list.heads()),
+        tasks: doc.list.counts(),
+    }
 }
 
 /// Where a sync message came from: the connection, the list, when, the token's identity

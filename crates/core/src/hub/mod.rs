@@ -308,6 +308,10 @@ pub struct DocState {
     name: Option<String>,
     /// Its agents (see `presence`).
     presence: presence::Presence,
+    /// When its row in the store's index of lists was last written (the hub's clock).
+    summary_written_ms: i64,
+    /// A change since then is not in that row yet.
+    summary_stale: bool,
 }
 
 impl DocState {
@@ -321,6 +325,8 @@ impl DocState {
             notify: Arc::from([]),
             name: None,
             presence: presence::Presence::default(),
+            summary_written_ms: i64::MIN,
+            summary_stale: false,
         }
     }
 }
@@ -400,6 +406,9 @@ pub struct HubCore {
     presence_due: BTreeSet<(i64, DocumentId)>,
     /// The time of the batch being handled (ms).
     clock_ms: i64,
+    /// Lists whose row in the index of lists waits for its interval
+    /// ([`LIST_SUMMARY_INTERVAL_MS`]).
+    summaries_due: BTreeSet<DocumentId>,
 }
 
 /// Frames waiting for a list to load (connection, bytes), and their bytes in all.
@@ -425,6 +434,7 @@ impl HubCore {
             presence_dirty: BTreeSet::new(),
             presence_due: BTreeSet::new(),
             clock_ms: 0,
+            summaries_due: BTreeSet::new(),
         }
     }
 
@@ -516,6 +526,7 @@ impl HubCore {
         }
         self.sweep_called(now_ms);
         self.check_presence(now_ms, &mut fx);
+        self.flush_summaries(now_ms, false, &mut fx);
         // One write in the batch is a hub keeping up with its writers (what waits is the
         // acknowledgements of its last fan-out): its news goes out at once.
         let writers: usize = self

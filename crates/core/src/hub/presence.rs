@@ -220,6 +220,9 @@ impl HubCore {
                 self.commit(doc_id, commit, fx);
             }
             if leaving {
+                if self.docs.get(&doc_id).is_some_and(|d| d.summary_stale) {
+                    self.write_summary(now_ms, doc_id, fx);
+                }
                 self.unload(doc_id);
             }
         }
@@ -234,8 +237,8 @@ impl HubCore {
 
     /// A list that no peer, call or lease holds any more leaves memory (what it holds
     /// is in the store, or in commits handed out, performed before any load): at once
-    /// when no agent is followed on it, else at the end of the batch, after their
-    /// `agent_left` events.
+    /// when no agent is followed on it and its row in the index of lists is written,
+    /// else at the end of the batch, after their `agent_left` events and that row.
     pub(super) fn let_go(&mut self, doc_id: DocumentId) {
         let Some(doc) = self.docs.get(&doc_id) else {
             return;
@@ -243,7 +246,7 @@ impl HubCore {
         if self.kept(&doc_id) {
             return;
         }
-        if doc.presence.agents.is_empty() && doc.presence.events.is_empty() {
+        if doc.presence.agents.is_empty() && doc.presence.events.is_empty() && !doc.summary_stale {
             self.unload(doc_id);
         } else {
             self.presence_dirty.insert(doc_id);
