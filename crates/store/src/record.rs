@@ -115,7 +115,8 @@ pub struct Batch {
     /// skipped.
     pub reported: Vec<String>,
     /// The list as the batch leaves it (its name, once known, version and counts), for
-    /// [`Db::lists`](crate::Db::lists); `None` keeps what is stored.
+    /// [`Db::lists`](crate::Db::lists); `None` keeps what is stored (the hub writes it
+    /// at most once a second per list).
     pub summary: Option<Summary>,
 }
 

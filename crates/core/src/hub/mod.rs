@@ -156,8 +156,9 @@ pub struct Commit {
     /// The API calls this commit answers, released once it is durable (the store
     /// ignores them).
     pub answers: Vec<(CallId, Result<Answer, crate::proto::ApiError>)>,
-    /// The list as the commit leaves it, for the store's index of lists (set when the
-    /// commit has changes).
+    /// The list as the commit leaves it, for the store's index of lists (on a commit
+    /// with changes at most every [`LIST_SUMMARY_INTERVAL_MS`] per list; the last one
+    /// in a commit of its own).
     pub summary: Option<Summary>,
 }
 
