@@ -19,6 +19,7 @@ use super::limits::{AGENTS_TRACKED_MAX, AGENT_GONE_MS};
 use super::{ConnId, DocState, Effects, HubCore};
 use crate::authority::Action;
 use crate::model::WriteContext;
+use crate::proto::wire::DocumentId;
 use crate::proto::{
     EventBody, PatchOp, Status, TaskPatch, WriteMode, WriteRequest, VIOLATION_TASKS_MAX,
 };
@@ -348,5 +349,3 @@ impl DocState {
                 .any(|(a, s)| s.conns == 0 && self.list.in_progress_of(a).next().is_some())
     }
 }
-
-use crate::proto::wire::DocumentId;
