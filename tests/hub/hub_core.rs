@@ -1260,3 +1260,173 @@ fn calls_past_calls_waiting_max_on_a_loading_list_are_refused_and_the_others_ans
         .count();
     assert_eq!(answered, CALLS_WAITING_MAX);
 }
+
+/// A swarm joining a stored list at once (after a restart) sends first messages whose
+/// Bloom filters together pass what may wait as sent while the list loads
+/// (`LOAD_WAITING_AS_SENT_BYTES_MAX`): past it a message without changes waits summed
+/// up by its heads, and every peer gets in step, one behind the hub and one ahead of it
+/// too. Frames with changes wait as sent up to `LOAD_WAITING_BYTES_MAX`; the next is
+/// refused (1013 `list_loading`), and only its connection closes.
+#[test]
+fn a_swarm_joining_a_loading_list_past_load_waiting_bytes_max_gets_in_step() {
+    use swarmtodo::hub::core::LOAD_WAITING_BYTES_MAX;
+    use swarmtodo::proto::TASK_TEXT_BYTES_MAX;
+    let mut x = 7u64;
+    let mut noise = |n: usize| -> String {
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                char::from(b'a' + (x >> 59) as u8 % 26)
+            })
+            .collect()
+    };
+    // The list's last change is large: a peer resending it sends a large frame that
+    // changes nothing once loaded.
+    let big = patch(
+        (0..100)
+            .map(|i| upsert(task(&format!("big{i}"), &noise(TASK_TEXT_BYTES_MAX))))
+            .collect(),
+    );
+    let mut list = list_with_history(100, 2_000);
+    list.write(&big, &WriteContext::new("lead", 0, 9_999))
+        .unwrap();
+    let big_change = list
+        .doc()
+        .get_last_local_change()
+        .unwrap()
+        .raw_bytes()
+        .to_vec();
+    let config = HubConfig::new(ActorId::from([0xA0u8; 16]));
+    let id = config.peer_id.clone();
+    let mut core = HubCore::new(config);
+    let doc = swarmtodo::client::list_document_id("core");
+    core.set_stored([doc]);
+    let mut hub = Hub {
+        core,
+        id,
+        doc,
+        store: list.doc().clone(),
+    };
+    let frame = |hub: &Hub, c: ConnId, data: Vec<u8>| {
+        Input::Frame(
+            c,
+            wire::encode(&WireMessage::Sync {
+                sender_id: peer(c.0),
+                target_id: hub.id.clone(),
+                document_id: hub.doc,
+                data,
+            }),
+        )
+    };
+    // The same history made again without its last 11 changes.
+    let behind = list_with_history(100, 1_990).fork(actor(12));
+    assert!(behind.heads() != list.heads());
+    let mut ahead = list.fork(actor(13));
+    ahead
+        .write(
+            &patch(vec![upsert(task("mine", "Made while the hub was down"))]),
+            &WriteContext::new("ahead", 0, 5),
+        )
+        .unwrap();
+    let hello = list
+        .fork(actor(11))
+        .generate_sync_message(&mut sync::State::new())
+        .unwrap()
+        .encode();
+    let mut frames = Vec::new();
+    let mut conns = Vec::new();
+    let mut n = 100;
+    // As sent, their first messages alone would not fit.
+    for _ in 0..LOAD_WAITING_BYTES_MAX / hello.len() + 500 {
+        let c = hub.join(n, 0);
+        n += 1;
+        conns.push(c);
+        frames.push(frame(&hub, c, hello.clone()));
+    }
+    // The real replicas come after them: their first messages wait summed up.
+    let mut replicas = Vec::new();
+    for (n, l) in [(1, behind), (2, ahead)] {
+        let c = hub.join(n, 0);
+        let mut s = sync::State::new();
+        frames.push(frame(
+            &hub,
+            c,
+            l.generate_sync_message(&mut s).unwrap().encode(),
+        ));
+        replicas.push((c, s, l));
+    }
+    // Then the large change, again and again, until it no longer fits.
+    let resent = sync::Message {
+        heads: list.heads(),
+        need: Vec::new(),
+        have: vec![sync::Have::default()],
+        changes: vec![big_change.clone()].into(),
+        flags: None,
+        version: sync::MessageVersion::V1,
+    }
+    .encode();
+    assert!(resent.len() > 100 * 1024, "{}", resent.len());
+    let fx = hub.core.handle_batch(0, frames);
+    assert_eq!(fx.loads, vec![doc]);
+    assert!(fx.closes.is_empty(), "{:?}", fx.closes);
+    let mut resenders = Vec::new();
+    let refused = loop {
+        assert!(resenders.len() <= LOAD_WAITING_BYTES_MAX / resent.len());
+        let c = hub.join(n, 0);
+        n += 1;
+        let more = hub.core.handle(0, frame(&hub, c, resent.clone()));
+        assert!(more.loads.is_empty());
+        if !more.closes.is_empty() {
+            break more.closes;
+        }
+        resenders.push(c);
+    };
+    assert_eq!(refused.len(), 1);
+    assert_eq!(
+        (refused[0].0 .0, refused[0].1.reason.as_str()),
+        (n - 1, "list_loading")
+    );
+    let fx = hub.performed(1, fx);
+    assert!(fx.closes.is_empty(), "{:?}", fx.closes);
+    for c in conns.iter().chain(&resenders) {
+        assert!(!payloads(&fx, *c).is_empty(), "{c:?} got no answer");
+    }
+    let deliver = |replicas: &mut Vec<(ConnId, sync::State, TodoList)>, fx: &Effects| {
+        for (c, s, l) in replicas.iter_mut() {
+            for data in payloads(fx, *c) {
+                l.receive_sync_message(s, sync::Message::decode(&data).unwrap())
+                    .unwrap();
+            }
+        }
+    };
+    deliver(&mut replicas, &fx);
+    for _ in 0..20 {
+        let mut said = Vec::new();
+        for (c, s, l) in replicas.iter_mut() {
+            s.in_flight = false;
+            if let Some(m) = l.generate_sync_message(s) {
+                said.push((*c, m.encode()));
+            }
+        }
+        if said.is_empty() {
+            break;
+        }
+        for (c, m) in said {
+            let fx = hub.sync(c, 0, m);
+            deliver(&mut replicas, &fx);
+        }
+    }
+    let heads = hub.core.doc(&doc).unwrap().list().heads();
+    for (c, _, l) in &replicas {
+        assert_eq!(l.heads(), heads, "{c:?}");
+    }
+    assert!(hub
+        .core
+        .doc(&doc)
+        .unwrap()
+        .list()
+        .raw_task("mine")
+        .is_some());
+}

@@ -3,10 +3,11 @@
 use super::budget::Verdict;
 use super::limits::{
     EPHEMERAL_BURST_BYTES, EPHEMERAL_BURST_MESSAGES, EPHEMERAL_BYTES_PER_SECOND,
-    EPHEMERAL_MESSAGES_PER_SECOND, LOAD_WAITING_BYTES_MAX,
+    EPHEMERAL_MESSAGES_PER_SECOND, LOAD_WAITING_AS_SENT_BYTES_MAX, LOAD_WAITING_BYTES_MAX,
 };
 use super::{Close, Conn, ConnId, ConnState, Effects, HubCore, EVENTS_SESSION, PROTOCOL_VERSION};
 use crate::proto::wire::{self, PeerMetadata, WireMessage};
+use crate::syncmsg;
 
 impl HubCore {
     pub(super) fn frame(&mut self, now_ms: i64, c: ConnId, bytes: &[u8], fx: &mut Effects) {
@@ -99,7 +100,16 @@ impl HubCore {
                 if !loading {
                     fx.loads.push(doc);
                 }
-                if waiting.1 + bytes.len() > LOAD_WAITING_BYTES_MAX {
+                // Many peers joining at once (a swarm after a restart) each send a
+                // Bloom filter of the whole list: past LOAD_WAITING_AS_SENT_BYTES_MAX, a
+                // message without changes waits as its heads alone (`syncmsg::summed_up`).
+                let held = if waiting.1 + bytes.len() > LOAD_WAITING_AS_SENT_BYTES_MAX {
+                    summed_up_frame(&msg, &self.config.sync_limits)
+                } else {
+                    None
+                }
+                .unwrap_or_else(|| bytes.to_vec());
+                if waiting.1 + held.len() > LOAD_WAITING_BYTES_MAX {
                     return self.fail(
                         c,
                         1013,
@@ -108,8 +118,8 @@ impl HubCore {
                         fx,
                     );
                 }
-                waiting.1 += bytes.len();
-                waiting.0.push((c, bytes.to_vec()));
+                waiting.1 += held.len();
+                waiting.0.push((c, held));
                 return;
             }
         }
@@ -239,4 +249,35 @@ impl HubCore {
             | WireMessage::RemoteHeadsChanged { .. } => {}
         }
     }
+}
+
+/// A `sync` or `request` frame without changes, its sync message summed up by its heads
+/// ([`syncmsg::summed_up`]): `None` for any other frame, or one no smaller.
+fn summed_up_frame(msg: &WireMessage, limits: &syncmsg::Limits) -> Option<Vec<u8>> {
+    let out = match msg {
+        WireMessage::Sync {
+            sender_id,
+            target_id,
+            document_id,
+            data,
+        } => WireMessage::Sync {
+            sender_id: sender_id.clone(),
+            target_id: target_id.clone(),
+            document_id: *document_id,
+            data: syncmsg::summed_up(data, limits)?,
+        },
+        WireMessage::Request {
+            sender_id,
+            target_id,
+            document_id,
+            data,
+        } => WireMessage::Request {
+            sender_id: sender_id.clone(),
+            target_id: target_id.clone(),
+            document_id: *document_id,
+            data: syncmsg::summed_up(data, limits)?,
+        },
+        _ => return None,
+    };
+    Some(wire::encode(&out))
 }

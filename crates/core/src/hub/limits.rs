@@ -42,9 +42,15 @@ pub(super) const CREATORS_KEPT_MAX: usize = 10_000;
 /// Bytes of frames that may wait for one list to be loaded from the store (its peers'
 /// first requests, and what they send meanwhile): a load of a long list takes a while,
 /// and what waits is held in memory. A frame past it closes its connection with 1013
-/// `list_loading` (reconnect in a moment). Requests are small: hundreds of peers
-/// coming back at once fit.
+/// `list_loading` (reconnect in a moment).
 pub const LOAD_WAITING_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Of [`LOAD_WAITING_BYTES_MAX`], the bytes frames may take as they came. Past them, a
+/// message without changes waits summed up by its heads: a peer's first message carries
+/// a Bloom filter of the whole list (about 1.2 KiB per 1,000 changes), its heads say as
+/// much in 32 bytes a head, so the rest holds the first messages of every connection a
+/// hub takes (`CONNECTIONS_MAX`) coming back at once. (A peer ahead of the hub whose
+/// message waited so is answered with a reset, and sends what it has.)
+pub const LOAD_WAITING_AS_SENT_BYTES_MAX: usize = LOAD_WAITING_BYTES_MAX / 2;
 /// Incremental changes stored for a list before the hub compacts it into a snapshot
 /// (loading then costs one snapshot plus at most this many changes), or
 /// [`COMPACT_AFTER_GROWTH_PERCENT`] of its changes if that is more.

@@ -1340,3 +1340,62 @@ proptest! {
         }
     }
 }
+
+/// A first message (a Bloom filter of the whole history) summed up by its heads: the
+/// same heads, need and flags, `have` one entry at those heads, and a receiver answers
+/// it with what the sender lacks; a message with changes is left as it is.
+#[test]
+fn a_message_without_changes_is_summed_up_by_its_heads() {
+    let mut doc = AutoCommit::new();
+    for n in 0..500 {
+        doc.put(ROOT, "n", n).unwrap();
+        doc.commit();
+    }
+    let first = doc
+        .sync()
+        .generate_sync_message(&mut sync::State::new())
+        .unwrap();
+    let bytes = first.clone().encode();
+    let summed = summed_up(&bytes, &Limits::default()).expect("smaller");
+    assert!(
+        summed.len() < bytes.len() / 4,
+        "{} of {}",
+        summed.len(),
+        bytes.len()
+    );
+    let m = validate(&summed, &Limits::default())
+        .unwrap()
+        .into_message();
+    assert_eq!(m.heads, first.heads);
+    assert_eq!(m.need, first.need);
+    assert_eq!(m.flags, first.flags);
+    assert_eq!(m.have.len(), 1);
+    assert_eq!(m.have[0].last_sync, first.heads);
+
+    // A receiver with 3 changes more sends exactly those.
+    let mut ahead = doc.fork();
+    for n in 0..3 {
+        ahead.put(ROOT, "more", n).unwrap();
+        ahead.commit();
+    }
+    let mut state = sync::State::new();
+    ahead.sync().receive_sync_message(&mut state, m).unwrap();
+    let answer = ahead.sync().generate_sync_message(&mut state).unwrap();
+    let mut behind = doc.fork();
+    behind
+        .sync()
+        .receive_sync_message(&mut sync::State::new(), answer)
+        .unwrap();
+    assert_eq!(behind.get_heads(), ahead.get_heads());
+
+    // Changes are not summed up.
+    let mut s = sync::State::new();
+    let mut fresh = AutoCommit::new();
+    fresh.sync().receive_sync_message(&mut s, first).unwrap();
+    let asks = fresh.sync().generate_sync_message(&mut s).unwrap();
+    let mut ds = sync::State::new();
+    doc.sync().receive_sync_message(&mut ds, asks).unwrap();
+    let with_changes = doc.sync().generate_sync_message(&mut ds).unwrap();
+    assert!(!with_changes.changes.is_empty());
+    assert_eq!(summed_up(&with_changes.encode(), &Limits::default()), None);
+}
