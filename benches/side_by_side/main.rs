@@ -510,14 +510,19 @@ async fn measure(
 ) -> anyhow::Result<()> {
     let server = Server::start(kind, &o.work)?;
     let doc = list_document_id(&format!("bench-{}", seed.changes()));
-    if kind.speaks_protocol() {
-        swarm::seed_list(&server.url, kind, seed, doc).await?;
-    }
+    let seeder = if kind.speaks_protocol() {
+        Some(swarm::seed_list(&server.url, kind, seed, doc).await?)
+    } else {
+        None
+    };
     tokio::time::sleep(IDLE).await;
     run.rss_before_bytes = server.usage().rss_bytes;
     let t = Instant::now();
     let mut swarm = Swarm::connect(&server, 0, n, seed, doc).await?;
     run.connect_seconds = t.elapsed().as_secs_f64();
+    if let Some(seeder) = seeder {
+        seeder.close().await;
+    }
     tokio::time::sleep(IDLE).await;
     run.rss_idle_bytes = server.usage().rss_bytes;
     run.per_connection_bytes = (run.rss_idle_bytes as f64 - run.rss_before_bytes as f64) / n as f64;
@@ -769,17 +774,23 @@ async fn list_memory(o: &Options, kind: Kind, seed: &Arc<Seed>) -> anyhow::Resul
     let server = Server::start(kind, &o.work)?;
     tokio::time::sleep(IDLE).await;
     let empty = server.usage().rss_bytes;
+    let mut seeders = Vec::with_capacity(MEMORY_LISTS);
     for k in 0..MEMORY_LISTS {
-        swarm::seed_list(
-            &server.url,
-            kind,
-            seed,
-            list_document_id(&format!("memory-{k}")),
-        )
-        .await?;
+        seeders.push(
+            swarm::seed_list(
+                &server.url,
+                kind,
+                seed,
+                list_document_id(&format!("memory-{k}")),
+            )
+            .await?,
+        );
     }
     tokio::time::sleep(IDLE * 2).await;
     let loaded = server.usage().rss_bytes;
+    for s in seeders {
+        s.close().await;
+    }
     let per = (loaded as f64 - empty as f64) / MEMORY_LISTS as f64;
     eprintln!("── {}: {:.2} MiB per list", kind.name(), per / 1048576.0);
     Ok(ListMemory {

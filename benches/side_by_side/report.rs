@@ -319,7 +319,8 @@ pub(crate) fn markdown(r: &Results, chart: &Path) -> String {
          *server CPU per write* is the server process's CPU time over the phase divided by \
          the writes; *wire per write* counts the bytes of every frame in both directions at \
          the generator; memory per connection is the server's resident memory with N idle \
-         agents in step minus before they connected, divided by N.\n\n{table}\n\
+         agents in step minus before they connected (the seeding peer still connected then, \
+         so that the list is in memory), divided by N.\n\n{table}\n\
          ![latency distribution per server]({chart_name})\n\n\
          ## Sustained writes\n\n\
          All agents write in turn at the offered total rate for the duration; a write is \
@@ -331,7 +332,9 @@ pub(crate) fn markdown(r: &Results, chart: &Path) -> String {
          target, the time its last acknowledgements take would keep the figure below.\n\n{sustained}\n\
          ## Memory per list\n\n\
          A fresh server is given {lists} copies of the list (different document ids, same \
-         content); resident memory after minus before, divided by the lists.\n\n{memory}\n\
+         content), each by a peer that stays connected while it is measured (the hub lets a \
+         list no peer syncs leave memory); resident memory after minus before, divided by \
+         the lists.\n\n{memory}\n\
          ## How the generator speaks automerge-repo\n\n\
          Each agent is a thin peer (`benches/side_by_side/peer.rs`): it keeps the change \
          graph (hashes, dependencies, heads, the largest op counter) and none of the \

@@ -136,7 +136,7 @@ pub(crate) async fn seed_list(
     kind: Kind,
     seed: &Seed,
     doc: DocumentId,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Seeder> {
     let me = PeerId::new(format!("seeder-{doc}")).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (mut ws, server) = connect(url, &me, kind).await?;
     let server = server.ok_or_else(|| anyhow::anyhow!("seeding needs a protocol server"))?;
@@ -172,8 +172,18 @@ pub(crate) async fn seed_list(
             }
         }
     }
-    let _ = ws.close(None).await;
-    Ok(())
+    Ok(Seeder(ws))
+}
+
+/// The connection that seeded a list, held open while a measure needs the list in the
+/// server's memory (the hub lets a list no peer syncs leave memory, and the next peer's
+/// arrival loads it again: its memory would count against connections).
+pub(crate) struct Seeder(Ws);
+
+impl Seeder {
+    pub(crate) async fn close(mut self) {
+        let _ = self.0.close(None).await;
+    }
 }
 
 /// One connected agent, as the coordinator holds it.

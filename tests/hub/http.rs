@@ -1085,3 +1085,40 @@ async fn waits_past_the_bound_are_refused_and_the_open_ones_still_answer() {
     drop(conn);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A stream with nothing more to say (the snapshot and the list's creation sent) sends
+/// a comment line every `STREAM_KEEPALIVE` (no event, no `id:`): what keeps it open
+/// through proxies that close quiet connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_event_stream_sends_keep_alive_comments() {
+    use swarmtodo::hub::limits::STREAM_KEEPALIVE;
+    let dir = scratch("http-sse-keepalive");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let (s, _) = http(&hub, "PUT", "/v1/lists/quiet", AS_LEAD, "").await;
+    assert_eq!(s, 200);
+    let addr = hub.url.trim_start_matches("ws://").to_owned();
+    let mut reader = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    reader
+        .write_all(
+            format!("GET /v1/lists/quiet/events HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let mut got = String::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let deadline = started + STREAM_KEEPALIVE + std::time::Duration::from_secs(10);
+    while !got.contains(": keep-alive\n\n") {
+        let n = tokio::time::timeout_at(deadline, reader.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("no keep-alive in {got:?}"))
+            .unwrap();
+        assert!(n > 0, "the stream ended: {got:?}");
+        got.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(started.elapsed() >= STREAM_KEEPALIVE);
+    let body = &got[got.find("\r\n\r\n").unwrap() + 4..];
+    assert!(body.starts_with("event: snapshot\n"), "{body}");
+    assert!(body.ends_with("\n\n: keep-alive\n\n"), "{body}");
+    let _ = std::fs::remove_dir_all(dir);
+}

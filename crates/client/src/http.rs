@@ -206,11 +206,13 @@ impl Api {
         }
         let mut kind = String::new();
         let mut line = String::new();
+        // Idle counts from the last message: the hub's keep-alive comments do not count.
+        let mut quiet_until = idle.map(|idle| tokio::time::Instant::now() + idle);
         loop {
             line.clear();
-            let read = match idle {
-                Some(idle) => {
-                    match tokio::time::timeout(idle, read_line(&mut stream, &mut line)).await {
+            let read = match quiet_until {
+                Some(at) => {
+                    match tokio::time::timeout_at(at, read_line(&mut stream, &mut line)).await {
                         Ok(read) => read?,
                         Err(_) => return Ok(()),
                     }
@@ -235,6 +237,7 @@ impl Api {
                 if !each(item) {
                     return Ok(());
                 }
+                quiet_until = idle.map(|idle| tokio::time::Instant::now() + idle);
             }
         }
     }

@@ -48,6 +48,10 @@ pub const WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub const STREAM_BUFFERED_MAX: usize = 1_024;
 /// Events one read of the store brings to an event stream (and frames its body queues).
 pub const STREAM_PAGE_MAX: usize = 256;
+/// How long an event stream stays silent before it sends a comment line
+/// (`: keep-alive`): proxies and clients that close quiet connections keep it, and a
+/// reader gone away is noticed within this time, not at the next event.
+pub const STREAM_KEEPALIVE: Duration = Duration::from_secs(15);
 /// Largest body of an HTTP API request (a `todo_write` of a whole list of long tasks
 /// goes as several patches).
 pub const HTTP_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;

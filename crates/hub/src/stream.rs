@@ -7,7 +7,8 @@
 //! so every event committed after that moment reaches it live and every event before is
 //! in the store; it reads the store from where it resumes, then takes the live events
 //! past the last one it sent. A reader that falls [`STREAM_BUFFERED_MAX`] events behind
-//! the live stream goes back to the store from its last event.
+//! the live stream goes back to the store from its last event. A stream silent for
+//! [`STREAM_KEEPALIVE`] sends a comment line.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -16,7 +17,7 @@ use http_body_util::StreamBody;
 use hyper::body::{Bytes, Frame};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::limits::{STREAM_BUFFERED_MAX, STREAM_PAGE_MAX};
+use crate::limits::{STREAM_BUFFERED_MAX, STREAM_KEEPALIVE, STREAM_PAGE_MAX};
 use swarmtodo_core::hub::{Commit, Stored};
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{Event, Snapshot};
@@ -145,7 +146,13 @@ async fn feed(
             }
         }
         loop {
-            match live.recv().await {
+            let Ok(next) = tokio::time::timeout(STREAM_KEEPALIVE, live.recv()).await else {
+                tx.send(Bytes::from_static(b": keep-alive\n\n"))
+                    .await
+                    .map_err(|_| gone)?;
+                continue;
+            };
+            match next {
                 Ok((seq, _)) if seq <= last => {}
                 Ok((seq, message)) if seq == last + 1 => {
                     tx.send(message).await.map_err(|_| gone)?;
