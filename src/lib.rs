@@ -14,7 +14,10 @@
 //! - [`hub`] (`swarmtodo-hub`, with the core's parts it drives): listener, connections,
 //!   the hub task, configuration ([`config`]).
 //! - [`sim`] (`swarmtodo-sim`): deterministic and live simulations of swarms.
+//! - [`mcp`]: `swarmtodo mcp`, one agent's MCP server (stdio) over the hub's JSON API.
 #![warn(missing_docs)]
+
+pub mod mcp;
 
 pub use swarmtodo_client as client;
 pub use swarmtodo_core::{authority, model};

@@ -48,6 +48,20 @@ enum Command {
     Sim(SimArgs),
     #[command(flatten)]
     Api(cli::ApiCommand),
+    /// Serve one agent's MCP tools on stdin/stdout (for Claude Code, Codex, OpenCode,
+    /// Gemini CLI…): the list's own tools and the todo tools models know, over the hub's
+    /// JSON API. Token from SWARMTODO_TOKEN.
+    Mcp {
+        /// The list this agent works on (created by the first write if it does not exist).
+        #[arg(long, env = "SWARMTODO_LIST")]
+        list: String,
+        /// The hub (`http://HOST:PORT`).
+        #[arg(long, env = "SWARMTODO_HUB", default_value = "http://127.0.0.1:7700")]
+        hub: String,
+        /// The agent to act as (on a hub with tokens, the token says who).
+        #[arg(long, env = "SWARMTODO_AGENT", default_value = "agent")]
+        agent: String,
+    },
     /// Write the JSON Schemas of the wire types into a folder.
     Schema {
         /// Target folder.
@@ -66,6 +80,7 @@ fn main() -> Result<()> {
         } => serve(listen, data, config),
         Command::Sim(args) => sim(args),
         Command::Api(cmd) => std::process::exit(cli::run(cmd)),
+        Command::Mcp { list, hub, agent } => mcp(list, hub, agent),
         Command::Schema { out } => {
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             for (name, schema) in swarmtodo::proto::schemas() {
@@ -448,4 +463,28 @@ fn demo() -> Result<()> {
     }
     anyhow::ensure!(a.version() == hub.version() && b.version() == hub.version());
     Ok(())
+}
+
+/// `swarmtodo mcp`: logs go to stderr (stdout is the protocol).
+fn mcp(list: String, hub: String, agent: String) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SWARMTODO_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let mut api = swarmtodo::client::http::Api::new(&hub)?;
+    match std::env::var("SWARMTODO_TOKEN") {
+        Ok(token) if !token.is_empty() => api = api.token(token),
+        _ => api = api.agent(agent.clone()),
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(swarmtodo::mcp::serve(swarmtodo::mcp::McpOptions {
+        api,
+        list,
+        agent,
+    }))
 }

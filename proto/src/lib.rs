@@ -17,6 +17,7 @@
 
 mod api;
 pub mod limits;
+pub mod projection;
 mod request;
 pub mod wire;
 

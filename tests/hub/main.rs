@@ -15,6 +15,7 @@ mod http;
 mod hub_core;
 mod identity;
 mod limits;
+mod mcp;
 mod presence;
 mod relay;
 mod watch;
