@@ -6,7 +6,11 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use swarmtodo::client::http::{Api, HttpError, StreamItem};
-use swarmtodo::proto::{Snapshot, Status};
+use swarmtodo::proto::{projection, Snapshot, Status};
+
+/// The id of the Codex `todo_list` item `read` and `events` print (Codex numbers its
+/// items `item_N`; one list is one item).
+const CODEX_ITEM_ID: &str = "item_0";
 
 /// Exit codes of the API commands.
 pub(crate) const EXIT_OK: i32 = 0;
@@ -33,6 +37,23 @@ pub(crate) struct HubArgs {
     json: bool,
 }
 
+/// How `read` and `events` print a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// `read`: a checklist for people; `events`: JSON lines.
+    Text,
+    /// The snapshot, and events, as swarmtodo's JSON.
+    Json,
+    /// A Markdown checklist (for chat surfaces); `events`: one per change.
+    Markdown,
+    /// ACP `session/update` plan notifications (JSON-RPC lines; session = the list's
+    /// name), with what ACP cannot say in `_meta`.
+    Acp,
+    /// The Codex exec JSONL `todo_list` item: `item.started`, `item.updated` per change,
+    /// `item.completed` at the end.
+    Codex,
+}
+
 /// The API commands.
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum ApiCommand {
@@ -49,6 +70,9 @@ pub(crate) enum ApiCommand {
         /// The list as it was at this version.
         #[arg(long)]
         version: Option<String>,
+        /// How to print it (`--json` is `--format json`).
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
         #[command(flatten)]
         hub: HubArgs,
     },
@@ -126,6 +150,10 @@ pub(crate) enum ApiCommand {
         /// Keep following new events; without it, stop at the last one stored.
         #[arg(long)]
         follow: bool,
+        /// How to print them: JSON lines of events, or the list after each change as
+        /// Markdown, ACP plan updates or the Codex `todo_list` item lifecycle.
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
         #[command(flatten)]
         hub: HubArgs,
     },
@@ -283,12 +311,27 @@ async fn call(cmd: ApiCommand) -> Result<bool, HttpError> {
                 }
             }
         }
-        ApiCommand::Read { list, version, hub } => {
-            let s = api(&hub)?.read(&list, version.as_deref()).await?;
-            if hub.json {
-                print_json(&s);
-            } else {
-                print!("{}", checklist(&s));
+        ApiCommand::Read {
+            list: name,
+            version,
+            format,
+            hub,
+        } => {
+            let s = api(&hub)?.read(&name, version.as_deref()).await?;
+            match (format, hub.json) {
+                (Format::Json, _) | (Format::Text, true) => print_json(&s),
+                (Format::Text, false) => print!("{}", checklist(&s)),
+                (Format::Markdown, _) => print!("{}", projection::markdown(&s)),
+                (Format::Acp, _) => print_json(&projection::acp_session_update(&s, &name)),
+                (Format::Codex, _) => {
+                    let mut item = projection::CodexTodoList::new(CODEX_ITEM_ID);
+                    if let Some(line) = item.next(&s) {
+                        print_json(&line);
+                    }
+                    if let Some(line) = item.finish() {
+                        print_json(&line);
+                    }
+                }
             }
         }
         ApiCommand::Write {
@@ -403,25 +446,55 @@ async fn call(cmd: ApiCommand) -> Result<bool, HttpError> {
             return Ok(answer.acknowledged);
         }
         ApiCommand::Events {
-            list,
+            list: name,
             from,
             follow,
+            format,
             hub,
         } => {
             // Without --follow, the stream is read until it goes quiet for this long.
             const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
             let mut out = std::io::stdout().lock();
+            let mut view: Option<Snapshot> = None;
+            let mut codex = projection::CodexTodoList::new(CODEX_ITEM_ID);
             api(&hub)?
-                .events(&list, from, (!follow).then_some(QUIET), |item| {
-                    let line = match &item {
-                        StreamItem::Snapshot(s) => {
-                            serde_json::json!({"kind": "snapshot", "snapshot": s})
-                        }
-                        StreamItem::Event(e) => serde_json::to_value(e).unwrap_or_default(),
+                .events(&name, from, (!follow).then_some(QUIET), |item| {
+                    if matches!(format, Format::Text | Format::Json) {
+                        let line = match &item {
+                            StreamItem::Snapshot(s) => {
+                                serde_json::json!({"kind": "snapshot", "snapshot": s})
+                            }
+                            StreamItem::Event(e) => serde_json::to_value(e).unwrap_or_default(),
+                        };
+                        return writeln!(out, "{line}").is_ok();
+                    }
+                    // The list after each change, in the projection asked for.
+                    match item {
+                        StreamItem::Snapshot(s) => view = Some(s),
+                        StreamItem::Event(e) => match &mut view {
+                            Some(v) if e.body.kind() == "tasks_changed" => {
+                                projection::apply(v, &e.body)
+                            }
+                            _ => return true,
+                        },
+                    }
+                    let Some(v) = &view else { return true };
+                    let text = match format {
+                        Format::Markdown => format!("{}\n", projection::markdown(v)),
+                        Format::Acp => format!("{}\n", projection::acp_session_update(v, &name)),
+                        _ => match codex.next(v) {
+                            Some(line) => format!("{line}\n"),
+                            None => return true,
+                        },
                     };
-                    writeln!(out, "{line}").is_ok()
+                    write!(out, "{text}").is_ok()
                 })
                 .await?;
+            if format == Format::Codex {
+                if let Some(line) = codex.finish() {
+                    writeln!(out, "{line}").map_err(|e| HttpError::Transport(e.to_string()))?;
+                }
+            }
         }
         ApiCommand::Watch { list, log, hub } => {
             return crate::watch::run(api(&hub)?, list, log.as_deref()).await;

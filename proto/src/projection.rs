@@ -76,13 +76,30 @@ pub fn codex_item(id: &str, list: &Snapshot) -> Value {
         .iter()
         .map(|t| {
             let done = matches!(t.status, Status::Completed | Status::Cancelled);
-            json!({"text": codex_text(t), "completed": done})
+            json!({"text": codex_text(t, &waits_for(list, t)), "completed": done})
         })
         .collect();
     json!({"id": id, "type": "todo_list", "items": items})
 }
 
-fn codex_text(t: &Task) -> String {
+/// The dependencies of `t` still open in `list` (the ones it waits for now).
+fn waits_for<'a>(list: &'a Snapshot, t: &'a Task) -> Vec<&'a str> {
+    if !t.status.is_open() {
+        return Vec::new();
+    }
+    t.blocked_by
+        .iter()
+        .filter(|d| {
+            list.tasks
+                .iter()
+                .find(|o| &o.id == *d)
+                .is_some_and(|o| o.status.is_open())
+        })
+        .map(String::as_str)
+        .collect()
+}
+
+fn codex_text(t: &Task, waits: &[&str]) -> String {
     let mut text = t.content.clone();
     match t.status {
         Status::Cancelled => text.push_str(" (cancelled)"),
@@ -93,8 +110,8 @@ fn codex_text(t: &Task) -> String {
         },
         Status::Pending | Status::Completed => {}
     }
-    if !t.blocked_by.is_empty() && t.status.is_open() {
-        text.push_str(&format!(" (waits for {})", t.blocked_by.join(", ")));
+    if !waits.is_empty() {
+        text.push_str(&format!(" (waits for {})", waits.join(", ")));
     }
     text
 }
@@ -139,7 +156,7 @@ impl CodexTodoList {
 
 /// The list as a Markdown checklist for chat surfaces: completed checked, cancelled
 /// struck, in progress bold with its owner and active form, blocked and dependencies
-/// said, high and low priority marked; one line per task, in order.
+/// it still waits for said, high and low priority marked; one line per task, in order.
 pub fn markdown(list: &Snapshot) -> String {
     let mut out = String::new();
     for t in &list.tasks {
@@ -176,8 +193,9 @@ pub fn markdown(list: &Snapshot) -> String {
             Priority::Low => line.push_str(" — low priority"),
             Priority::Medium => {}
         }
-        if !t.blocked_by.is_empty() && t.status.is_open() {
-            let deps: Vec<String> = t.blocked_by.iter().map(|d| format!("`{d}`")).collect();
+        let waits = waits_for(list, t);
+        if !waits.is_empty() {
+            let deps: Vec<String> = waits.iter().map(|d| format!("`{d}`")).collect();
             line.push_str(&format!(" — waits for {}", deps.join(", ")));
         }
         out.push_str(&line);

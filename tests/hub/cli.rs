@@ -157,3 +157,46 @@ fn a_shell_script_writes_reads_claims_and_follows_a_list() {
     assert_eq!(o.status.code(), Some(3), "{o:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn read_and_events_print_the_markdown_acp_and_codex_projections() {
+    let dir = scratch("cli-projections");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let request = json!({"mode": "patch", "ops": [
+        {"op": "upsert", "task": {"id": "t1", "content": "Read the issue"}},
+        {"op": "upsert", "task": {"id": "t2", "content": "Port it", "status": "cancelled"}},
+    ]});
+    let o = cli(&hub, "lead", &["write", "proj", "-"], &request.to_string());
+    assert!(o.status.success(), "{o:?}");
+    let o = cli(&hub, "lead", &["read", "proj", "--format", "markdown"], "");
+    assert_eq!(
+        stdout(&o),
+        "- [ ] Read the issue\n- [ ] ~~Port it~~ (cancelled)\n"
+    );
+    let o = cli(&hub, "lead", &["read", "proj", "--format", "acp"], "");
+    let acp: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(acp["method"], "session/update");
+    let entries = &acp["params"]["update"]["entries"];
+    assert_eq!(entries[1]["status"], "completed");
+    assert_eq!(entries[1]["_meta"]["swarmtodo"]["status"], "cancelled");
+    // A change after the start: the item starts, is updated once, and completes.
+    let done = json!({"mode": "patch", "ops": [{"op": "upsert", "task": {"id": "t1", "status": "completed"}}]});
+    let o = cli(&hub, "lead", &["write", "proj", "-"], &done.to_string());
+    assert!(o.status.success(), "{o:?}");
+    let o = cli(
+        &hub,
+        "lead",
+        &["events", "proj", "--from", "1", "--format", "codex"],
+        "",
+    );
+    assert!(o.status.success(), "{o:?}");
+    let lines: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["item.started", "item.completed"], "{lines:?}");
+    assert_eq!(lines[1]["item"]["items"][0]["completed"], true);
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
