@@ -99,3 +99,49 @@ async fn two_codex_agents_sending_stale_plans_concurrently_lose_nothing_and_reve
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn the_readme_example_one_lead_and_three_subagents_completes_every_task_once() {
+    let dir = scratch("mcp-swarm-example");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp_swarm.py");
+    let args = [
+        script.to_string_lossy().into_owned(),
+        env!("CARGO_BIN_EXE_swarmtodo").to_owned(),
+        hub.url.replace("ws://", "http://"),
+        "swarm".to_owned(),
+    ];
+    let out = tokio::task::spawn_blocking(move || {
+        dies_with_parent(&mut Command::new(python()))
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Every task done, by exactly one of the three.
+    let mut done: Vec<&str> = seen["done"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|v| v.as_array().unwrap().iter().map(|t| t.as_str().unwrap()))
+        .collect();
+    done.sort_unstable();
+    let tasks = seen["list"]["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 6);
+    let mut all: Vec<&str> = tasks
+        .iter()
+        .map(|t| t["content"].as_str().unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(done, all, "each task done once");
+    assert!(tasks.iter().all(|t| t["status"] == "completed"));
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}
