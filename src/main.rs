@@ -85,7 +85,7 @@ fn main() -> Result<()> {
             std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             for (name, schema) in swarmtodo::proto::schemas() {
                 let path = out.join(name);
-                let text = serde_json::to_string_pretty(&schema)? + "\n";
+                let text = swarmtodo::proto::schema_text(&schema);
                 std::fs::write(&path, text)
                     .with_context(|| format!("writing {}", path.display()))?;
                 println!("wrote {}", path.display());

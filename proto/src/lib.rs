@@ -661,6 +661,29 @@ pub struct Event {
     pub body: EventBody,
 }
 
+/// A schema as the text of its file in `proto/schema/`: pretty JSON with every object's
+/// keys sorted, whatever order serde_json keeps in this build (a dependency that turns
+/// on its `preserve_order` changes that order, not the files).
+pub fn schema_text(schema: &schemars::Schema) -> String {
+    fn sorted(v: serde_json::Value) -> serde_json::Value {
+        match v {
+            serde_json::Value::Object(o) => {
+                let mut entries: Vec<(String, serde_json::Value)> = o.into_iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                serde_json::Value::Object(
+                    entries.into_iter().map(|(k, v)| (k, sorted(v))).collect(),
+                )
+            }
+            serde_json::Value::Array(a) => {
+                serde_json::Value::Array(a.into_iter().map(sorted).collect())
+            }
+            other => other,
+        }
+    }
+    let value = serde_json::to_value(schema).unwrap_or_default();
+    serde_json::to_string_pretty(&sorted(value)).unwrap_or_default() + "\n"
+}
+
 /// Every JSON schema of the wire types, by file name, for `proto/schema/`.
 pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
     vec![

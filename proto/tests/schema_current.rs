@@ -10,7 +10,7 @@ fn committed_schemas_match_the_types() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema");
     let update = std::env::var_os("SWARMTODO_UPDATE_SCHEMA").is_some();
     for (name, schema) in swarmtodo_proto::schemas() {
-        let text = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+        let text = swarmtodo_proto::schema_text(&schema);
         let path = dir.join(name);
         if update {
             std::fs::create_dir_all(&dir).unwrap();

@@ -28,6 +28,12 @@ use crate::proto::{EventBody, Snapshot};
 
 /// Violations, conflicts and repairs the violations resource shows (the latest).
 pub const RECENT_VIOLATIONS_MAX: usize = 50;
+/// The first wait before the event follower tries the hub again (the hub gone, the
+/// list not made yet); it doubles up to [`FOLLOW_RETRY_MAX`], and starts over once
+/// the stream brings something.
+pub const FOLLOW_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(500);
+/// The longest wait between the event follower's tries.
+pub const FOLLOW_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What `swarmtodo mcp` is given.
 #[derive(Debug, Clone)]
@@ -57,6 +63,8 @@ pub(crate) struct Agent {
     recent: Mutex<VecDeque<serde_json::Value>>,
     /// The client, once it has called (notifications go to it).
     peer: Mutex<Option<Peer<RoleServer>>>,
+    /// Woken when a call found the list: the event follower waiting to retry goes now.
+    pub(crate) found: tokio::sync::Notify,
 }
 
 impl Agent {
@@ -88,6 +96,7 @@ impl Server {
                 subscribed: Mutex::new(BTreeSet::new()),
                 recent: Mutex::new(VecDeque::new()),
                 peer: Mutex::new(None),
+                found: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -118,7 +127,9 @@ pub async fn serve(options: McpOptions) -> anyhow::Result<()> {
 /// changed.
 async fn follow(agent: Arc<Agent>) {
     let mut from = 0;
+    let mut retry = FOLLOW_RETRY_MIN;
     loop {
+        let mut came = false;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<String>>();
         let list_uri = agent.list_uri();
         let violations_uri = agent.violations_uri();
@@ -141,6 +152,7 @@ async fn follow(agent: Arc<Agent>) {
         let result = agent
             .api
             .events(&agent.list, from, None, |item| {
+                came = true;
                 let StreamItem::Event(event) = item else {
                     return true;
                 };
@@ -168,10 +180,21 @@ async fn follow(agent: Arc<Agent>) {
                 true
             })
             .await;
-        drop(result);
+        if let Err(e) = result {
+            tracing::debug!(list = %agent.list, error = %e, "the event stream ended");
+        }
         notify.abort();
-        // The hub went away or the list is not there yet: try again shortly.
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        // The hub went away or the list is not there yet: try again, later each time
+        // nothing came.
+        retry = if came {
+            FOLLOW_RETRY_MIN
+        } else {
+            (retry * 2).min(FOLLOW_RETRY_MAX)
+        };
+        tokio::select! {
+            () = tokio::time::sleep(retry) => {}
+            () = agent.found.notified() => {}
+        }
     }
 }
 

@@ -156,6 +156,7 @@ pub(crate) async fn read(agent: &Agent) -> Result<Snapshot, String> {
     }
     .map_err(|e| e.to_string())?;
     *lock(&agent.last) = Some(list.clone());
+    agent.found.notify_one();
     Ok(list)
 }
 
@@ -180,6 +181,7 @@ async fn write(agent: &Agent, request: &WriteRequest) -> Result<WriteAnswer, Htt
     };
     *lock(&agent.last) = Some(answer.snapshot.clone());
     lock(&agent.created).extend(answer.result.created.iter().cloned());
+    agent.found.notify_one();
     Ok(answer)
 }
 
