@@ -7,12 +7,15 @@
 //! The server speaks the MCP revisions with an `initialize` handshake (up to
 //! 2025-11-25), which every MCP client of the coding agents speaks.
 
+mod agent;
 pub mod shapes;
 mod tools;
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
+
+use self::agent::{lock, Agent};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ListResourcesResult, ListToolsResult,
@@ -21,10 +24,10 @@ use rmcp::model::{
     ServerCapabilities, ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 
 use crate::client::http::{Api, StreamItem};
-use crate::proto::{EventBody, Snapshot};
+use crate::proto::EventBody;
 
 /// Violations, conflicts and repairs the violations resource shows (the latest).
 pub const RECENT_VIOLATIONS_MAX: usize = 50;
@@ -44,37 +47,6 @@ pub struct McpOptions {
     pub list: String,
     /// The agent's name (for the tool texts; the hub knows it from the token or header).
     pub agent: String,
-}
-
-/// The state of one agent's MCP session.
-#[derive(Debug)]
-pub(crate) struct Agent {
-    pub(crate) api: Api,
-    pub(crate) list: String,
-    pub(crate) agent: String,
-    /// The list as this agent last read it: the base of its whole-list payloads.
-    pub(crate) last: Mutex<Option<Snapshot>>,
-    /// Tasks this agent created (the only ones a whole-list payload that leaves them out
-    /// removes).
-    pub(crate) created: Mutex<BTreeSet<String>>,
-    /// Resource URIs the client subscribed to.
-    subscribed: Mutex<BTreeSet<String>>,
-    /// The latest violations, conflicts and repairs, oldest first.
-    recent: Mutex<VecDeque<serde_json::Value>>,
-    /// The client, once it has called (notifications go to it).
-    peer: Mutex<Option<Peer<RoleServer>>>,
-    /// Woken when a call found the list: the event follower waiting to retry goes now.
-    pub(crate) found: tokio::sync::Notify,
-}
-
-impl Agent {
-    fn list_uri(&self) -> String {
-        format!("swarmtodo://lists/{}", self.list)
-    }
-
-    fn violations_uri(&self) -> String {
-        format!("swarmtodo://lists/{}/violations", self.list)
-    }
 }
 
 /// The MCP server of one agent.
@@ -107,10 +79,6 @@ impl Server {
             *peer = Some(context.peer.clone());
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Runs the server on stdin and stdout until the client closes them.

@@ -13,11 +13,11 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
+use super::agent::{lock, Agent};
 use super::shapes::{
     self, Claim, NoArguments, OpenCodeWrite, TaskCreate, TaskGet, TaskUpdate, TaskUpdateStatus,
     TodoWrite, UpdatePlan, Vocabulary, WriteTodos,
 };
-use super::{lock, Agent};
 use crate::client::http::HttpError;
 use crate::proto::{
     projection, ErrorCode, PatchOp, Snapshot, Status, TaskPatch, WriteAnswer, WriteMode,
