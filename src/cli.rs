@@ -127,6 +127,24 @@ pub(crate) enum ApiCommand {
         #[command(flatten)]
         hub: HubArgs,
     },
+    /// Hand a task to a subagent, who works it as a list of its own: the task becomes
+    /// the agent's and its status follows that list's (all done: completed; one in
+    /// progress: in progress; else blocked or pending). Prints the new list's name, and
+    /// on a hub with tokens the agent's new worker token (with `--json`, the answer).
+    Delegate {
+        /// The list the task is in.
+        list: String,
+        /// The task.
+        task: String,
+        /// The agent that takes it.
+        #[arg(long)]
+        to: String,
+        /// The name of its new list (default `LIST/TASK`).
+        #[arg(long = "as")]
+        as_list: Option<String>,
+        #[command(flatten)]
+        hub: HubArgs,
+    },
     /// Wait until every agent syncing the list holds a version (exit 0), or the timeout
     /// passes (exit 1, naming those that do not).
     Wait {
@@ -200,6 +218,7 @@ pub(crate) fn run(cmd: ApiCommand) -> i32 {
         | ApiCommand::History { hub, .. }
         | ApiCommand::Write { hub, .. }
         | ApiCommand::Claim { hub, .. }
+        | ApiCommand::Delegate { hub, .. }
         | ApiCommand::Wait { hub, .. }
         | ApiCommand::Events { hub, .. }
         | ApiCommand::Watch { hub, .. } => hub.json,
@@ -444,6 +463,28 @@ async fn call(cmd: ApiCommand) -> Result<bool, HttpError> {
                 println!("not yet held by: {}", answer.pending.join(", "));
             }
             return Ok(answer.acknowledged);
+        }
+        ApiCommand::Delegate {
+            list,
+            task,
+            to,
+            as_list,
+            hub,
+        } => {
+            let d = api(&hub)?
+                .delegate(&list, &task, &to, as_list.as_deref())
+                .await?;
+            if hub.json {
+                print_json(&d);
+            } else {
+                println!(
+                    "{}:{} is {}'s, as list {}",
+                    d.parent, d.task.id, d.agent, d.list
+                );
+                if let Some(t) = &d.token {
+                    println!("token for {}: {t}", d.agent);
+                }
+            }
         }
         ApiCommand::Events {
             list: name,

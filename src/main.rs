@@ -325,7 +325,9 @@ fn serve(
         .or_else(|| config.data.clone())
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA));
     let access = match config.tokens() {
-        Some(tokens) => swarmtodo::hub::server::Access::Tokens(tokens),
+        Some(tokens) => swarmtodo::hub::server::Access::Tokens(
+            swarmtodo::hub::server::Tokens::new(tokens),
+        ),
         None if listen.ip().is_loopback() => swarmtodo::hub::server::Access::Open,
         None => anyhow::bail!(
             "listening on {listen}, beyond loopback, needs tokens: add [[tokens]] to a config file (--config)"

@@ -21,6 +21,40 @@ pub struct ClaimRequest {
     pub task: Option<String>,
 }
 
+/// `POST /v1/lists/{name}/delegate`: hand task `task` of the list to agent `agent`, who
+/// works it as a list of its own (`list`, made new): the task is the agent's, and its
+/// status follows that list's from then on (all of its tasks completed or cancelled:
+/// completed; one in progress: in progress; none in progress and one blocked: blocked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DelegateRequest {
+    /// The task handed over.
+    pub task: String,
+    /// The agent (a subagent) that takes it.
+    pub agent: String,
+    /// The name of the new list; omitted: `{list}/{task}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list: Option<String>,
+}
+
+/// The answer to a delegation, once durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DelegateAnswer {
+    /// The list the task is in.
+    pub parent: String,
+    /// The task, as the delegation left it (owned by the agent).
+    pub task: Task,
+    /// The agent's list for it.
+    pub list: String,
+    /// The agent.
+    pub agent: String,
+    /// On a hub with tokens: a new `worker` token for the agent on its list (and to read
+    /// the parent list); shown once, give it to the subagent. None without tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
 /// The answer to a `todo_write`, once it is durable: what the write did and the list
 /// as it stands after it (and after any repair of the authority).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

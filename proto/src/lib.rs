@@ -22,8 +22,8 @@ mod request;
 pub mod wire;
 
 pub use self::api::{
-    ClaimAnswer, ClaimRequest, FieldChange, HistoryEntry, ListSummary, ListsPage, TaskCounts,
-    TaskHistory, WaitAnswer, WriteAnswer,
+    ClaimAnswer, ClaimRequest, DelegateAnswer, DelegateRequest, FieldChange, HistoryEntry,
+    ListSummary, ListsPage, TaskCounts, TaskHistory, WaitAnswer, WriteAnswer,
 };
 pub use self::request::parse_write_request;
 
@@ -609,10 +609,31 @@ pub enum EventBody {
         /// reported (policy `report`).
         released: bool,
     },
+    /// A task of list `parent` was handed to `agent`, who works it as list `sub_list`
+    /// (the same event on both lists).
+    Delegated {
+        /// The list the task is in.
+        parent: String,
+        /// The task.
+        task: String,
+        /// The agent's list for it.
+        sub_list: String,
+        /// The agent.
+        agent: String,
+    },
+    /// A delegated task took the status its list rolls up to (on the parent list).
+    RolledUp {
+        /// The task.
+        task: String,
+        /// The list it was delegated as.
+        sub_list: String,
+        /// Its status now.
+        status: Status,
+    },
 }
 
 /// Every event kind, as the `kind` field names it (the order of [`EventBody::kind_index`]).
-pub const EVENT_KINDS: [&str; 9] = [
+pub const EVENT_KINDS: [&str; 11] = [
     "tasks_changed",
     "violation",
     "conflict",
@@ -622,6 +643,8 @@ pub const EVENT_KINDS: [&str; 9] = [
     "agent_joined",
     "agent_left",
     "lease_expired",
+    "delegated",
+    "rolled_up",
 ];
 
 impl EventBody {
@@ -642,6 +665,8 @@ impl EventBody {
             EventBody::AgentJoined { .. } => 6,
             EventBody::AgentLeft { .. } => 7,
             EventBody::LeaseExpired { .. } => 8,
+            EventBody::Delegated { .. } => 9,
+            EventBody::RolledUp { .. } => 10,
         }
     }
 }
@@ -695,6 +720,14 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("write_answer.json", schemars::schema_for!(WriteAnswer)),
         ("claim_request.json", schemars::schema_for!(ClaimRequest)),
         ("claim_answer.json", schemars::schema_for!(ClaimAnswer)),
+        (
+            "delegate_request.json",
+            schemars::schema_for!(DelegateRequest),
+        ),
+        (
+            "delegate_answer.json",
+            schemars::schema_for!(DelegateAnswer),
+        ),
         ("wait_answer.json", schemars::schema_for!(WaitAnswer)),
         ("lists_page.json", schemars::schema_for!(ListsPage)),
         ("task_history.json", schemars::schema_for!(TaskHistory)),

@@ -439,6 +439,19 @@ pub struct Claim {
     pub task: Option<String>,
 }
 
+/// `todo_delegate`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Delegate {
+    /// The task to hand over.
+    pub task: String,
+    /// The subagent that takes it.
+    pub agent: String,
+    /// The name of the subagent's new list (default `LIST/TASK`).
+    #[serde(default)]
+    pub list: Option<String>,
+}
+
 /// The patch ops of a `TaskUpdate` on `list` (which holds the task), apart from a claim:
 /// `None` when it changes nothing.
 pub fn task_update_ops(list: &Snapshot, u: &TaskUpdate) -> Vec<crate::proto::PatchOp> {

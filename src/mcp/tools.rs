@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 
 use super::agent::{lock, Agent};
 use super::shapes::{
-    self, Claim, NoArguments, OpenCodeWrite, TaskCreate, TaskGet, TaskUpdate, TaskUpdateStatus,
-    TodoWrite, UpdatePlan, Vocabulary, WriteTodos,
+    self, Claim, Delegate, NoArguments, OpenCodeWrite, TaskCreate, TaskGet, TaskUpdate,
+    TaskUpdateStatus, TodoWrite, UpdatePlan, Vocabulary, WriteTodos,
 };
 use crate::client::http::HttpError;
 use crate::proto::{
@@ -61,6 +61,11 @@ pub(crate) fn tools() -> Vec<Tool> {
             "todo_claim",
             "Claim a task: the hub gives it to you, in_progress, and to no one else. Without task, the first ready one (pending, unowned, every dependency completed; by priority, then position). Claim before you start work.",
             schema::<Claim>(),
+        ),
+        Tool::new(
+            "todo_delegate",
+            "Hand a task to a subagent, who works it as a list of its own: the task becomes the subagent's, and its status follows that list (all of its tasks completed or cancelled: completed; one in progress: in progress). The answer names the new list and, on a hub with tokens, a worker token for the subagent: start its swarmtodo MCP server with that list and token. Leads only.",
+            schema::<Delegate>(),
         ),
         Tool::new(
             "TodoWrite",
@@ -219,6 +224,7 @@ pub(crate) async fn call(
         "todo_read" => run_read(agent, args).await,
         "todo_write" => run_todo_write(agent, args).await,
         "todo_claim" => run_claim(agent, args).await,
+        "todo_delegate" => run_delegate(agent, args).await,
         "TodoWrite" => {
             run_whole(agent, "TodoWrite", args, |p: TodoWrite| {
                 (p.items(), Vocabulary::ThreeStates, None)
@@ -288,6 +294,27 @@ async fn run_claim(agent: &Agent, args: Value) -> Outcome {
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = serde_json::to_value(&answer).ok();
     // The list moved: read it again before the next whole-list payload.
+    let _ = read(agent).await;
+    Ok(result)
+}
+
+async fn run_delegate(agent: &Agent, args: Value) -> Outcome {
+    let d: Delegate = arguments("todo_delegate", args)?;
+    let answer = agent
+        .api
+        .delegate(&agent.list, &d.task, &d.agent, d.list.as_deref())
+        .await
+        .map_err(hub_error)?;
+    let mut text = format!(
+        "Task {} is {}'s now, worked as list {:?}; its status follows that list. Start the subagent's server with `swarmtodo mcp --list {:?} --agent {:?}`",
+        answer.task.id, answer.agent, answer.list, answer.list, answer.agent
+    );
+    match &answer.token {
+        Some(t) => text.push_str(&format!(" and SWARMTODO_TOKEN={t} (shown once).")),
+        None => text.push('.'),
+    }
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = serde_json::to_value(&answer).ok();
     let _ = read(agent).await;
     Ok(result)
 }

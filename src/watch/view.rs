@@ -189,6 +189,29 @@ impl View {
                     ),
                 );
             }
+            EventBody::Delegated {
+                parent,
+                task,
+                sub_list,
+                agent,
+            } => {
+                push(
+                    "delegated",
+                    Color::Magenta,
+                    format!("{parent}:{task} handed to {agent} as list {sub_list}"),
+                );
+            }
+            EventBody::RolledUp {
+                task,
+                sub_list,
+                status,
+            } => {
+                push(
+                    "rolled up",
+                    Color::Magenta,
+                    format!("{task} is {} (from list {sub_list})", status.as_str()),
+                );
+            }
             // Comings and goings would bury what needs a look in a large swarm; a claim
             // shows from its `tasks_changed` (as a task taken over sync does).
             EventBody::AgentJoined { .. }

@@ -43,7 +43,7 @@ async fn http_text(
 }
 
 /// One HTTP/1.1 request on a fresh connection; the status and the body as JSON.
-async fn http(
+pub(crate) async fn http(
     hub: &HubProc,
     method: &str,
     path: &str,

@@ -9,6 +9,7 @@ mod common;
 mod auth;
 mod bad_input;
 mod cli;
+mod delegation;
 mod e2e;
 mod hostile_peers;
 mod http;

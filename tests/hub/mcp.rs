@@ -60,11 +60,11 @@ async fn a_real_mcp_client_uses_every_tool_with_its_own_payloads_and_is_notified
     let hub = HubProc::start(&dir.join("hub.db"));
     let seen = client("every-tool", &hub, "mcp").await;
     assert_eq!(seen["protocol"], "2025-11-25");
-    assert_eq!(seen["tools"].as_array().unwrap().len(), 11);
+    assert_eq!(seen["tools"].as_array().unwrap().len(), 12);
     assert_eq!(seen["notified"], "swarmtodo://lists/mcp");
     // Every bad payload got an error naming what is allowed.
     let errors = seen["errors"].as_object().unwrap();
-    assert_eq!(errors.len(), 10);
+    assert_eq!(errors.len(), 11);
     for (tool, e) in errors {
         assert!(!e.as_str().unwrap().is_empty(), "{tool}: an empty error");
     }

@@ -19,7 +19,7 @@ SCENARIO, SWARMTODO, HUB, LIST = sys.argv[1:5]
 HTTP = HUB.replace("ws://", "http://")
 
 EXPECTED_TOOLS = {
-    "todo_read", "todo_write", "todo_claim",
+    "todo_read", "todo_write", "todo_claim", "todo_delegate",
     "TodoWrite", "TaskCreate", "TaskUpdate", "TaskList", "TaskGet",
     "update_plan", "todowrite", "write_todos",
 }
@@ -176,6 +176,7 @@ async def every_tool():
                 "todo_write": {"mode": "patch", "ops": [{"op": "upsert", "task": {"id": "q", "content": "q", "status": "finished"}}]},
                 "todo_claim": {"task": "nowhere"},
                 "todo_read": {"unexpected": 1},
+                "todo_delegate": {"task": "nowhere", "agent": "sub-1"},
             }
             errors = {}
             for tool, args in bad.items():

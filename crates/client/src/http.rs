@@ -17,8 +17,8 @@ use tokio::net::TcpStream;
 
 use crate::limits::{HTTP_ANSWER_BYTES_MAX, HTTP_TIMEOUT};
 use swarmtodo_proto::{
-    ApiError, ClaimAnswer, ClaimRequest, Event, ListsPage, Snapshot, TaskHistory, WaitAnswer,
-    WriteAnswer,
+    ApiError, ClaimAnswer, ClaimRequest, DelegateAnswer, DelegateRequest, Event, ListsPage,
+    Snapshot, TaskHistory, WaitAnswer, WriteAnswer,
 };
 
 /// Why a call failed.
@@ -164,6 +164,30 @@ impl Api {
         let body = serde_json::to_string(&body).map_err(|e| HttpError::Transport(e.to_string()))?;
         self.json("POST", &format!("/v1/lists/{}/claim", encode(list)), &body)
             .await
+    }
+
+    /// Hands task `task` to agent `agent`, who works it as list `as_list` (default
+    /// `{list}/{task}`): the task's status follows that list's. On a hub with tokens the
+    /// answer carries a new worker token for the agent.
+    pub async fn delegate(
+        &self,
+        list: &str,
+        task: &str,
+        agent: &str,
+        as_list: Option<&str>,
+    ) -> Result<DelegateAnswer, HttpError> {
+        let body = DelegateRequest {
+            task: task.to_owned(),
+            agent: agent.to_owned(),
+            list: as_list.map(str::to_owned),
+        };
+        let body = serde_json::to_string(&body).map_err(|e| HttpError::Transport(e.to_string()))?;
+        self.json(
+            "POST",
+            &format!("/v1/lists/{}/delegate", encode(list)),
+            &body,
+        )
+        .await
     }
 
     /// Waits until every agent syncing the list holds `version`, or `timeout_ms` (then

@@ -8,6 +8,9 @@
 //! - `PUT /v1/lists/{name}` — create (idempotent); `GET /v1/lists/{name}[?version=V]`
 //! - `POST /v1/lists/{name}/todo_write` — a `todo_write` request
 //! - `POST /v1/lists/{name}/claim` — `{agent?, task?}`
+//! - `POST /v1/lists/{name}/delegate` — `{task, agent, list?}`: the task is the agent's,
+//!   worked as a list of its own (on a hub with tokens, the answer carries a new worker
+//!   token for it)
 //! - `GET /v1/lists/{name}/wait?version=V&timeout_ms=T` — a barrier on a version
 //! - `GET /v1/lists/{name}/tasks/{id}/history[?limit=N]` — the changes to a task
 //! - `GET /v1/lists/{name}/events?from=SEQ` — Server-Sent Events (`Last-Event-ID`
@@ -31,7 +34,7 @@ use crate::limits::{
 };
 use swarmtodo_core::hub::{Answer, Call, Caller};
 use swarmtodo_proto::{
-    parse_write_request, ApiError, ClaimRequest, ErrorCode, TaskHistory, Version,
+    parse_write_request, ApiError, ClaimRequest, DelegateRequest, ErrorCode, TaskHistory, Version,
     AGENT_ID_BYTES_MAX, HISTORY_ENTRIES_MAX, LISTS_PAGE_MAX,
 };
 
@@ -227,6 +230,7 @@ enum Route {
     List(String),
     Write(String),
     Claim(String),
+    Delegate(String),
     Events(String),
     Wait(String),
     History(String, String),
@@ -246,7 +250,7 @@ fn route(path: &str) -> Result<Route, ApiError> {
         error(
             ErrorCode::NotFound,
             None,
-            format!("no such path {path:?}: the API has /healthz, /metrics, /v1/lists, /v1/lists/{{name}}, and under it /todo_write, /claim, /wait, /events and /tasks/{{id}}/history"),
+            format!("no such path {path:?}: the API has /healthz, /metrics, /v1/lists, /v1/lists/{{name}}, and under it /todo_write, /claim, /delegate, /wait, /events and /tasks/{{id}}/history"),
         )
     };
     let rest = path.strip_prefix("/v1/lists/").ok_or_else(not_found)?;
@@ -266,6 +270,7 @@ fn route(path: &str) -> Result<Route, ApiError> {
         (None, ..) => Ok(Route::List(name)),
         (Some("todo_write"), None, ..) => Ok(Route::Write(name)),
         (Some("claim"), None, ..) => Ok(Route::Claim(name)),
+        (Some("delegate"), None, ..) => Ok(Route::Delegate(name)),
         (Some("events"), None, ..) => Ok(Route::Events(name)),
         (Some("wait"), None, ..) => Ok(Route::Wait(name)),
         (Some("tasks"), Some(task), Some("history"), None) if !task.is_empty() => {
@@ -390,7 +395,39 @@ impl Api {
                 let caller = self.caller(&req, claim.agent.as_deref())?;
                 return self.ask(caller, name, Call::Claim(claim.task)).await;
             }
-            (Route::Write(_) | Route::Claim(_), _) => return Err(method_not_allowed(&["POST"])),
+            (Route::Delegate(name), &Method::POST) => {
+                let caller = self.caller(&req, None)?;
+                let body = body_text(req.into_body()).await?;
+                let d: DelegateRequest = serde_json::from_str(&body).map_err(|e| {
+                    error(
+                        ErrorCode::InvalidValue,
+                        None,
+                        format!("not a delegation ({e}): send {{\"task\": \"…\", \"agent\": \"…\", \"list\": \"…\"}} (list optional)"),
+                    )
+                })?;
+                check_agent(&d.agent, "agent")?;
+                let call = Call::Delegate {
+                    task: d.task,
+                    agent: d.agent,
+                    list: d.list,
+                };
+                let Answer::Delegated(mut answer) = self.answer(caller, name, call).await? else {
+                    return Err(error(
+                        ErrorCode::Internal,
+                        None,
+                        "the hub answered a delegation with something else: retry",
+                    ));
+                };
+                answer.token = self
+                    .token_for(&answer.agent, &answer.list, &answer.parent)
+                    .await?;
+                let body = serde_json::to_vec(&answer)
+                    .map_err(|e| error(ErrorCode::Internal, None, e.to_string()))?;
+                return Ok((StatusCode::OK, body));
+            }
+            (Route::Write(_) | Route::Claim(_) | Route::Delegate(_), _) => {
+                return Err(method_not_allowed(&["POST"]))
+            }
             (Route::Wait(name), &Method::GET) => {
                 let query = req.uri().query();
                 let version = query_value(query, "version")?.ok_or_else(|| {
@@ -562,6 +599,7 @@ impl Api {
             Answer::Written(w) => serde_json::to_vec(&w),
             Answer::Claimed(c) => serde_json::to_vec(&c),
             Answer::Waited(w) => serde_json::to_vec(&w),
+            Answer::Delegated(d) => serde_json::to_vec(&d),
         };
         let body = body.map_err(|e| error(ErrorCode::Internal, None, e.to_string()))?;
         Ok((StatusCode::OK, body))
@@ -580,6 +618,34 @@ impl Api {
             .await
             .map_err(|_| stopping())?;
         answer.await.map_err(|_| stopping())?
+    }
+
+    /// On a hub with tokens, a new worker token for `agent` on list `list` (kept in the
+    /// store by its SHA-256 before it is given out); none on an open hub.
+    async fn token_for(
+        &self,
+        agent: &str,
+        list: &str,
+        parent: &str,
+    ) -> Result<Option<String>, ApiError> {
+        let Access::Tokens(tokens) = &*self.access else {
+            return Ok(None);
+        };
+        let failed = |e: String| {
+            error(
+                ErrorCode::Internal,
+                None,
+                format!("the task is delegated, but making its token failed ({e}): delegate it again for a token"),
+            )
+        };
+        let token = crate::access::new_token().map_err(|e| failed(e.to_string()))?;
+        let hash = crate::access::sha256(&token);
+        self.store
+            .add_token(hash, agent.to_owned(), list.to_owned(), parent.to_owned())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        tokens.add_made(hash, crate::access::delegated_identity(agent, list));
+        Ok(Some(token))
     }
 
     /// Who reads: the token's identity (required on a hub with tokens), else anyone.
@@ -645,7 +711,7 @@ impl Api {
                 }
                 Ok(Caller {
                     agent: who.agent.clone(),
-                    identity: Some(who.clone()),
+                    identity: Some(who),
                     address: Some(self.address),
                 })
             }

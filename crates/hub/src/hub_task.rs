@@ -298,7 +298,7 @@ impl Relay {
         let kind = match &call {
             Call::Read(_) | Call::Wait(..) => Kind::Read,
             Call::Create => Kind::Create,
-            Call::Write(_) => Kind::Write,
+            Call::Write(_) | Call::Delegate { .. } | Call::RollUp { .. } => Kind::Write,
             Call::Claim(_) => Kind::Claim,
         };
         self.calls

@@ -117,6 +117,8 @@ impl Metrics {
                         self.leases_expired.fetch_add(1, Ordering::Relaxed);
                     }
                     EventBody::TasksChanged { .. }
+                    | EventBody::Delegated { .. }
+                    | EventBody::RolledUp { .. }
                     | EventBody::Unblocked { .. }
                     | EventBody::AgentJoined { .. }
                     | EventBody::AgentLeft { .. } => {}

@@ -23,7 +23,7 @@ use swarmtodo_core::hub::{Close, ConnId, EventKinds, HubCore, Input};
 use swarmtodo_proto::wire::{DocumentId, MESSAGE_BYTES_MAX};
 use swarmtodo_store::Store;
 
-pub use crate::access::Access;
+pub use crate::access::{Access, Tokens};
 use crate::channel::{Outbox, ToHub};
 use crate::hub_task::hub_task;
 pub use crate::hub_task::ServeError;
@@ -89,6 +89,19 @@ pub async fn run(
     limits: ConnLimits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    // The tokens the hub made for agents it delegated tasks to.
+    if let Access::Tokens(tokens) = &access {
+        let made = store
+            .tokens()
+            .await
+            .map_err(|e| ServeError::Store(e.to_string()))?;
+        for t in made {
+            tokens.add_made(
+                t.sha256,
+                crate::access::delegated_identity(&t.agent, &t.list),
+            );
+        }
+    }
     let access = Arc::new(access);
     let limits = Arc::new(limits);
     let per_address: Counts<std::net::IpAddr> = Counts::default();

@@ -12,6 +12,7 @@ use super::{
     StoredEvent, EVENTS_PAGE_MAX, LISTS_PAGE_MAX, LIST_NAME_BYTES_MAX, SNAPSHOT_BYTES_MAX,
     SNAPSHOT_HEADS_MAX,
 };
+use swarmtodo_core::hub::Link;
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{ListSummary, ListsPage, TaskCounts, Version};
 
@@ -361,6 +362,71 @@ impl Db {
         Ok(keys)
     }
 
+    /// Keeps list `doc`'s link to the task it was delegated for (again: replaced).
+    pub fn set_link(&mut self, doc: DocId, link: &Link) -> Result<(), StoreError> {
+        let tx = self.write()?;
+        let list = list_id(&tx, doc)?;
+        tx.prepare_cached(
+            "INSERT OR REPLACE INTO links (list_id, parent, task, agent, name) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![list, link.parent, link.task, link.agent, link.list])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every delegated task's list and its link.
+    pub fn links(&self) -> Result<Vec<Link>, StoreError> {
+        let links = self
+            .conn
+            .prepare_cached("SELECT parent, task, agent, name FROM links ORDER BY list_id")?
+            .query_map([], |r| {
+                Ok(Link {
+                    parent: r.get(0)?,
+                    task: r.get(1)?,
+                    agent: r.get(2)?,
+                    list: r.get(3)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(links)
+    }
+
+    /// Keeps a token the hub made for `agent` on list `list` (delegated from `parent`):
+    /// its SHA-256 only.
+    pub fn add_token(
+        &mut self,
+        token_sha256: [u8; 32],
+        agent: &str,
+        list: &str,
+        parent: &str,
+    ) -> Result<(), StoreError> {
+        let tx = self.write()?;
+        tx.prepare_cached(
+            "INSERT OR REPLACE INTO tokens (token_sha256, agent, list, parent) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(params![token_sha256, agent, list, parent])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every token the hub made.
+    pub fn tokens(&self) -> Result<Vec<MadeToken>, StoreError> {
+        let tokens = self
+            .conn
+            .prepare_cached("SELECT token_sha256, agent, list, parent FROM tokens")?
+            .query_map([], |r| {
+                Ok(MadeToken {
+                    sha256: r.get(0)?,
+                    agent: r.get(1)?,
+                    list: r.get(2)?,
+                    parent: r.get(3)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(tokens)
+    }
+
     fn write(&mut self) -> Result<Transaction<'_>, StoreError> {
         Ok(self
             .conn
@@ -400,6 +466,20 @@ fn list_id(conn: &Connection, doc: DocId) -> Result<i64, StoreError> {
         .query_row([doc.as_bytes()], |r| r.get(0))
         .optional()?
         .ok_or(StoreError::UnknownList(doc))
+}
+
+/// A token the hub made for an agent it delegated a task to: its SHA-256 (never the
+/// token), the agent, its list and the list the task is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MadeToken {
+    /// SHA-256 of the token.
+    pub sha256: [u8; 32],
+    /// The agent.
+    pub agent: String,
+    /// Its list (a worker there).
+    pub list: String,
+    /// The list the delegated task is in.
+    pub parent: String,
 }
 
 /// One merge's rows inside the caller's transaction.

@@ -204,6 +204,23 @@ impl Store {
         self.call(move |db| db.reported(doc)).await
     }
 
+    /// [`Db::add_token`].
+    pub async fn add_token(
+        &self,
+        token_sha256: [u8; 32],
+        agent: String,
+        list: String,
+        parent: String,
+    ) -> Result<(), StoreError> {
+        self.call(move |db| db.add_token(token_sha256, &agent, &list, &parent))
+            .await
+    }
+
+    /// [`Db::tokens`].
+    pub async fn tokens(&self) -> Result<Vec<crate::db::MadeToken>, StoreError> {
+        self.call(|db| db.tokens()).await
+    }
+
     /// Runs the requests queued before this call, closes the connection and ends the
     /// thread. Other clones then fail with [`StoreError::Closed`].
     pub async fn close(self) -> Result<(), StoreError> {

@@ -68,7 +68,7 @@ pub mod drive;
 pub mod limits;
 pub mod persist;
 
-pub use self::db::Db;
+pub use self::db::{Db, MadeToken};
 pub use self::handle::Store;
 pub use self::limits::{
     BATCH_BYTES_MAX, BATCH_ITEMS_MAX, CHANGE_BYTES_MAX, EVENTS_PAGE_MAX, EVENT_BYTES_MAX,

@@ -74,6 +74,8 @@ pub fn commit_all_sync(
 /// commit it accepts, and an answer per commit (`Ok` filled in once stored).
 struct Prepared {
     new_lists: Vec<DocumentId>,
+    /// Delegated tasks' new lists and their links (kept once the list is).
+    links: Vec<(DocumentId, swarmtodo_core::hub::Link)>,
     merges: Vec<(DocId, Batch)>,
     answers: Vec<Answer>,
 }
@@ -84,6 +86,7 @@ impl Prepared {
     fn new(known: &mut BTreeSet<DocumentId>, commits: &[Commit], now_ms: i64) -> Prepared {
         let mut p = Prepared {
             new_lists: Vec::new(),
+            links: Vec::new(),
             merges: Vec::with_capacity(commits.len()),
             answers: Vec::with_capacity(commits.len()),
         };
@@ -92,6 +95,9 @@ impl Prepared {
                 Ok(b) => {
                     if known.insert(commit.doc) {
                         p.new_lists.push(commit.doc);
+                    }
+                    if let Some(link) = &commit.link {
+                        p.links.push((commit.doc, link.clone()));
                     }
                     p.merges.push((doc_id(&commit.doc), b));
                     p.answers.push(Ok(Vec::new()));
@@ -106,6 +112,9 @@ impl Prepared {
     fn store(mut self, db: &mut Db) -> Result<Vec<Answer>, StoreError> {
         for doc in &self.new_lists {
             db.create_or_get_list(&doc.to_string(), doc_id(doc))?;
+        }
+        for (doc, link) in &self.links {
+            db.set_link(doc_id(doc), link)?;
         }
         let mut stored = db.commit_merges(&self.merges)?.into_iter();
         for slot in self.answers.iter_mut().filter(|r| r.is_ok()) {
@@ -153,6 +162,7 @@ pub fn stored_sync(db: &Db, core: &mut HubCore) -> Result<BTreeSet<DocumentId>, 
         .map(|d| DocumentId::from_bytes(d.0))
         .collect();
     core.set_stored(known.iter().copied());
+    core.set_links(db.links()?);
     Ok(known)
 }
 
@@ -186,7 +196,13 @@ pub async fn stored(store: &Store, core: &mut HubCore) -> Result<BTreeSet<Docume
         .map(|d| DocumentId::from_bytes(d.0))
         .collect();
     core.set_stored(known.iter().copied());
-    tracing::info!(lists = known.len(), "lists stored (loaded when asked for)");
+    let links = store.call(|db| db.links()).await?;
+    tracing::info!(
+        lists = known.len(),
+        delegated = links.len(),
+        "lists stored (loaded when asked for)"
+    );
+    core.set_links(links);
     Ok(known)
 }
 
@@ -236,6 +252,7 @@ mod tests {
             reported: vec![key],
             answers: Vec::new(),
             summary: None,
+            link: None,
         }
     }
 

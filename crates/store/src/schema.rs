@@ -73,6 +73,25 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE lists ADD COLUMN cancelled   INTEGER NOT NULL DEFAULT 0 CHECK (cancelled >= 0);
     ALTER TABLE lists ADD COLUMN blocked     INTEGER NOT NULL DEFAULT 0 CHECK (blocked >= 0);
     ",
+    // 2 → 3: delegated tasks' lists and their links to the task (the hub's, not the
+    // documents'); tokens the hub made for the agents they were handed to (a SHA-256 of
+    // each, never the token).
+    "
+    CREATE TABLE links (
+        list_id INTEGER PRIMARY KEY REFERENCES lists (id),
+        parent  TEXT NOT NULL CHECK (length(parent) > 0),
+        task    TEXT NOT NULL CHECK (length(task) > 0),
+        agent   TEXT NOT NULL CHECK (length(agent) > 0),
+        name    TEXT NOT NULL CHECK (length(name) > 0)
+    ) STRICT;
+
+    CREATE TABLE tokens (
+        token_sha256 BLOB NOT NULL PRIMARY KEY CHECK (length(token_sha256) = 32),
+        agent        TEXT NOT NULL CHECK (length(agent) > 0),
+        list         TEXT NOT NULL CHECK (length(list) > 0),
+        parent       TEXT NOT NULL CHECK (length(parent) > 0)
+    ) STRICT;
+    ",
 ];
 
 /// Opens (creating when missing) the file and brings it to [`SCHEMA_VERSION`].

@@ -23,9 +23,9 @@ use crate::authority::Role;
 use crate::model::{normalize, normalize_priority, TodoList, WriteContext};
 use crate::proto::wire::{list_document_id, DocumentId};
 use crate::proto::{
-    ApiError, ClaimAnswer, ErrorCode, EventBody, PatchOp, Resolution, Rule, Snapshot, Status, Task,
-    TaskPatch, Version, WaitAnswer, WriteAnswer, WriteMode, WriteRequest, WriteResult,
-    LIST_NAME_BYTES_MAX,
+    ApiError, ClaimAnswer, DelegateAnswer, ErrorCode, EventBody, PatchOp, Resolution, Rule,
+    Snapshot, Status, Task, TaskPatch, Version, WaitAnswer, WriteAnswer, WriteMode, WriteRequest,
+    WriteResult, LIST_NAME_BYTES_MAX,
 };
 
 /// A call of the JSON API, as the runtime numbers them.
@@ -59,6 +59,25 @@ pub enum Call {
     /// Answer once every agent syncing the list holds this version, or after this many
     /// milliseconds (at most [`WAIT_MS_MAX`]) with who does not.
     Wait(Version, i64),
+    /// Hand a task to an agent as a list of its own (see `delegation`).
+    Delegate {
+        /// The task.
+        task: String,
+        /// The agent.
+        agent: String,
+        /// The new list's name (default `{list}/{task}`).
+        list: Option<String>,
+    },
+    /// The hub's own: a delegated task takes the status its list rolls up to. Made only
+    /// by the core (the runtime never builds one).
+    RollUp {
+        /// The task.
+        task: String,
+        /// Its list.
+        list: String,
+        /// The status.
+        status: Status,
+    },
 }
 
 /// What a call got.
@@ -72,6 +91,8 @@ pub enum Answer {
     Claimed(ClaimAnswer),
     /// A wait's outcome.
     Waited(WaitAnswer),
+    /// A durable delegation.
+    Delegated(DelegateAnswer),
 }
 
 /// A wait not answered yet.
@@ -93,7 +114,7 @@ pub(super) struct WaitingCall {
     call: Call,
 }
 
-fn error(code: ErrorCode, field: Option<&str>, message: String) -> ApiError {
+pub(super) fn error(code: ErrorCode, field: Option<&str>, message: String) -> ApiError {
     ApiError {
         code,
         field: field.map(str::to_owned),
@@ -197,7 +218,7 @@ impl HubCore {
             Ok(d) => d,
             Err(e) => return fx.answers.push((id, Err(e))),
         };
-        let writes = !matches!(call, Call::Read(_) | Call::Wait(..));
+        let writes = !matches!(call, Call::Read(_) | Call::Wait(..) | Call::RollUp { .. });
         if writes && self.role_of(&caller, &doc_id) == Role::Observer {
             return fx.answers.push((
                 id,
@@ -257,7 +278,11 @@ impl HubCore {
         fx: &mut Effects,
     ) -> bool {
         let made = match call {
-            Call::Read(_) | Call::Claim(_) | Call::Wait(..) => Err(error(
+            Call::Read(_)
+            | Call::Claim(_)
+            | Call::Wait(..)
+            | Call::Delegate { .. }
+            | Call::RollUp { .. } => Err(error(
                 ErrorCode::UnknownList,
                 Some("list"),
                 format!(
@@ -311,7 +336,7 @@ impl HubCore {
     }
 
     /// The caller's role in list `doc_id`: its token's, else the hub's roles by agent.
-    fn role_of(&self, caller: &Caller, doc_id: &DocumentId) -> Role {
+    pub(super) fn role_of(&self, caller: &Caller, doc_id: &DocumentId) -> Role {
         match &caller.identity {
             Some(who) => who.role_in(doc_id),
             None => self.config.roles.of(Some(&caller.agent)),
@@ -320,7 +345,7 @@ impl HubCore {
 
     /// Makes list `name` (its first change, the same in every list) for a caller,
     /// within the hub's list bound and the caller's creation budget.
-    fn create_for_call(
+    pub(super) fn create_for_call(
         &mut self,
         now_ms: i64,
         caller: &Caller,
@@ -417,6 +442,7 @@ impl HubCore {
                     doc_id,
                     &req,
                     None,
+                    false,
                     fx,
                     |result, list| {
                         Answer::Written(WriteAnswer {
@@ -457,6 +483,7 @@ impl HubCore {
                     doc_id,
                     &req,
                     Some(event),
+                    false,
                     fx,
                     move |_, list| match list.raw_task(&claimed) {
                         Some(raw) => Answer::Claimed(ClaimAnswer {
@@ -467,15 +494,21 @@ impl HubCore {
                     },
                 );
             }
+            Call::Delegate { task, agent, list } => {
+                self.delegate(now_ms, id, caller, doc_id, (task, agent, list), fx);
+            }
+            Call::RollUp { task, list, status } => {
+                self.roll_up(now_ms, id, doc_id, (task, list, status), fx);
+            }
         }
     }
 
-    /// `todo_write` on list `doc_id` as the caller (its own actor, its role), checked
-    /// and repaired by the authority, committed with `event` when the authority let it
-    /// stand, and answered with `answer` of the result and the list once durable (at
-    /// once when the write changed nothing).
+    /// `todo_write` on list `doc_id` as the caller (its own actor, its role; `as_hub`:
+    /// the hub's actor), checked and repaired by the authority, committed with `event`
+    /// when the authority let it stand, and answered with `answer` of the result and the
+    /// list once durable (at once when the write changed nothing).
     #[allow(clippy::too_many_arguments)] // One call's parts; a struct would only rename them.
-    fn write_as(
+    pub(super) fn write_as(
         &mut self,
         now_ms: i64,
         id: CallId,
@@ -483,6 +516,7 @@ impl HubCore {
         doc_id: DocumentId,
         req: &WriteRequest,
         event: Option<EventBody>,
+        as_hub: bool,
         fx: &mut Effects,
         answer: impl FnOnce(WriteResult, &TodoList) -> Answer,
     ) {
@@ -490,7 +524,11 @@ impl HubCore {
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return;
         };
-        let actor = api_actor(&caller.agent);
+        let actor = if as_hub {
+            hub_actor.clone()
+        } else {
+            api_actor(&caller.agent)
+        };
         // The ids of created tasks come from this seed: no two calls share one.
         let seed = (id.0 << 20) ^ now_ms as u64;
         let ctx = WriteContext::new(caller.agent.clone(), now_ms, seed);
@@ -549,7 +587,7 @@ impl HubCore {
     /// A list that no peer syncs stays in memory for the next calls, at most
     /// [`CALLED_LIST_IDLE_MS`] after the last, and at most [`CALLED_LISTS_KEPT_MAX`]
     /// such lists (the oldest leaves first); [`HubCore::sweep_called`] lets them go.
-    fn keep_called(&mut self, now_ms: i64, doc_id: DocumentId) {
+    pub(super) fn keep_called(&mut self, now_ms: i64, doc_id: DocumentId) {
         if self.docs.get(&doc_id).is_some_and(|d| d.peers.is_empty()) {
             self.called.insert(doc_id, now_ms);
         }

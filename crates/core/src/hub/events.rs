@@ -20,7 +20,7 @@ impl EventKinds {
     /// None: the peer only syncs.
     pub const NONE: EventKinds = EventKinds(0);
     /// What a replica cannot see for itself: violations, conflicts, repairs, unblocked
-    /// tasks, claims and expired leases — not `tasks_changed` (a replica receives the
+    /// tasks, claims, expired leases, delegations and roll-ups — not `tasks_changed` (a replica receives the
     /// change itself) nor agents' comings and goings (a swarm's joins would cost every
     /// peer a frame each).
     pub const DEFAULT: EventKinds =

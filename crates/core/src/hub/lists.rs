@@ -32,6 +32,9 @@ impl HubCore {
             self.frame(now_ms, c, &bytes, &mut fx);
         }
         self.calls_loaded(now_ms, id, &mut fx);
+        // A sub-list loaded again rolls up again (its parent may have missed the last).
+        self.sub_list_touched(id);
+        self.roll_up_due(now_ms, &mut fx);
         self.check_presence(now_ms, &mut fx);
         self.flush_summaries(now_ms, false, &mut fx);
         self.answer(now_ms, false, &mut fx);

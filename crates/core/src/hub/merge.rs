@@ -283,6 +283,9 @@ impl HubCore {
         }
         doc.since_compaction += commit.changes.len();
         self.stored.insert(doc_id);
+        if !commit.changes.is_empty() && self.links.contains_key(&doc_id) {
+            self.rollups_due.insert(doc_id);
+        }
         fx.commits.push(commit);
         let compact_after =
             COMPACT_AFTER_CHANGES.max(change_count(&doc.list) * COMPACT_AFTER_GROWTH_PERCENT / 100);

@@ -23,6 +23,7 @@
 mod answer;
 mod budget;
 mod calls;
+mod delegation;
 mod events;
 mod frame;
 mod limits;
@@ -39,6 +40,7 @@ use self::answer::Owed;
 use self::budget::{CreationBudget, Creator, RelayBudget, WorkBudget};
 use self::calls::WaitingCall;
 pub use self::calls::{api_actor, list_id, Answer, Call, CallId, Caller};
+pub use self::delegation::{rolled_status, Link};
 use self::events::event_frames;
 pub use self::events::{events_of, EventKinds};
 pub use self::limits::*;
@@ -160,6 +162,8 @@ pub struct Commit {
     /// with changes at most every [`LIST_SUMMARY_INTERVAL_MS`] per list; the last one
     /// in a commit of its own).
     pub summary: Option<Summary>,
+    /// The list is a delegated task's (its first commit): the store keeps the link.
+    pub link: Option<Link>,
 }
 
 impl Commit {
@@ -173,6 +177,7 @@ impl Commit {
             reported: Vec::new(),
             answers: Vec::new(),
             summary: None,
+            link: None,
         }
     }
 }
@@ -410,6 +415,12 @@ pub struct HubCore {
     /// Lists whose row in the index of lists waits for its interval
     /// ([`LIST_SUMMARY_INTERVAL_MS`]).
     summaries_due: BTreeSet<DocumentId>,
+    /// Delegated tasks' lists and their links (see `delegation`).
+    links: BTreeMap<DocumentId, Link>,
+    /// Sub-lists to roll up at the end of the batch.
+    rollups_due: BTreeSet<DocumentId>,
+    /// Roll-up calls made so far (their ids).
+    internal_calls: u64,
 }
 
 /// Frames waiting for a list to load (connection, bytes), and their bytes in all.
@@ -436,6 +447,9 @@ impl HubCore {
             presence_due: BTreeSet::new(),
             clock_ms: 0,
             summaries_due: BTreeSet::new(),
+            links: BTreeMap::new(),
+            rollups_due: BTreeSet::new(),
+            internal_calls: 0,
         }
     }
 
@@ -527,6 +541,7 @@ impl HubCore {
         }
         self.sweep_called(now_ms);
         self.check_presence(now_ms, &mut fx);
+        self.roll_up_due(now_ms, &mut fx);
         self.flush_summaries(now_ms, false, &mut fx);
         // One write in the batch is a hub keeping up with its writers (what waits is the
         // acknowledgements of its last fan-out): its news goes out at once.
