@@ -312,8 +312,8 @@ fn lists_are_paged_in_key_order_with_what_their_last_commit_left() {
     assert_eq!(named.tasks.pending, 4);
 }
 
-/// A file of schema 1 (before the list index) opens with its lists, without a version
-/// until their next commit.
+/// A file of schema 1 (before the list index and the delegations' links and tokens)
+/// opens with its lists, without a version until their next commit, and takes links.
 #[test]
 fn a_schema_1_file_is_migrated_and_keeps_its_lists() {
     let dir = TempDir::new("migrate");
@@ -322,18 +322,29 @@ fn a_schema_1_file_is_migrated_and_keeps_its_lists() {
     drop(db);
     let c = rusqlite::Connection::open(dir.file()).unwrap();
     c.execute_batch(
-        "ALTER TABLE lists DROP COLUMN version; ALTER TABLE lists DROP COLUMN pending; \
+        "DROP TABLE links; DROP TABLE tokens; \
+         ALTER TABLE lists DROP COLUMN version; ALTER TABLE lists DROP COLUMN pending; \
          ALTER TABLE lists DROP COLUMN in_progress; ALTER TABLE lists DROP COLUMN completed; \
          ALTER TABLE lists DROP COLUMN cancelled; ALTER TABLE lists DROP COLUMN blocked; \
          PRAGMA user_version = 1;",
     )
     .unwrap();
     drop(c);
-    let db = Db::open(dir.file()).unwrap();
+    let mut db = Db::open(dir.file()).unwrap();
     let page = db.lists(None, 10).unwrap();
     assert_eq!(page.lists.len(), 1);
     assert_eq!(page.lists[0].name.as_deref(), Some("old"));
     assert_eq!(page.lists[0].version, None);
+    assert!(db.links().unwrap().is_empty());
+    let link = swarmtodo::hub::core::Link {
+        parent: "plan".into(),
+        task: "t2".into(),
+        agent: "sub-1".into(),
+        list: "old".into(),
+    };
+    db.set_link(doc_id(4, 4), &link).unwrap();
+    assert_eq!(db.links().unwrap(), [link]);
+    assert!(db.tokens().unwrap().is_empty());
 }
 
 #[test]

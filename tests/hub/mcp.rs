@@ -145,3 +145,18 @@ async fn the_readme_example_one_lead_and_three_subagents_completes_every_task_on
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_task_delegated_over_mcp_rolls_up_when_the_subagent_finishes() {
+    let dir = scratch("mcp-delegate");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let seen = client("delegate", &hub, "lead-list").await;
+    assert!(seen["sub_list"].as_str().unwrap().starts_with("lead-list/"));
+    assert_eq!(
+        seen["statuses"],
+        serde_json::json!(["in_progress", "completed"]),
+        "the parent task follows the subagent's list"
+    );
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -254,7 +254,44 @@ async def codex_race():
     return {"final": final}
 
 
-SCENARIOS = {"every-tool": every_tool, "codex-race": codex_race}
+async def delegate():
+    """A lead delegates a task over MCP; the subagent, an MCP client of its own server
+    on the new list, plans and completes it: the lead's task rolls up to completed."""
+    async with stdio_client(server("lead")) as (rl, wl), ClientSession(rl, wl) as lead:
+        await lead.initialize()
+        await call(lead, "TodoWrite", {"todos": [
+            {"content": "Design the API", "status": "pending", "activeForm": "Designing the API"},
+            {"content": "Build the parser", "status": "pending", "activeForm": "Building the parser"}]})
+        parser = by_content("Build the parser")
+        handed = await call(lead, "todo_delegate", {"task": parser["id"], "agent": "sub-1"})
+        sub_list = handed.structured_content["list"]
+        check(handed.structured_content["task"]["owner"] == "sub-1", handed.structured_content)
+        check(sub_list in text(handed), text(handed))
+        sub_server = StdioServerParameters(
+            command=SWARMTODO,
+            args=["mcp", "--hub", HTTP, "--list", sub_list, "--agent", "sub-1"],
+            env={"SWARMTODO_LOG": "warn", "PATH": "/usr/bin:/bin"},
+        )
+        statuses = []
+        async with stdio_client(sub_server) as (rs, ws), ClientSession(rs, ws) as sub:
+            await sub.initialize()
+            await call(sub, "write_todos", {"todos": [
+                {"description": "Write the grammar", "status": "in_progress"},
+                {"description": "Write the tests", "status": "pending"}]})
+            await asyncio.sleep(0.3)
+            statuses.append(by_content("Build the parser")["status"])
+            await call(sub, "write_todos", {"todos": [
+                {"description": "Write the grammar", "status": "completed"},
+                {"description": "Write the tests", "status": "cancelled"}]})
+        for _ in range(100):
+            if by_content("Build the parser")["status"] == "completed":
+                break
+            await asyncio.sleep(0.1)
+        statuses.append(by_content("Build the parser")["status"])
+    return {"sub_list": sub_list, "statuses": statuses}
+
+
+SCENARIOS = {"every-tool": every_tool, "codex-race": codex_race, "delegate": delegate}
 
 def leaves(e):
     """The exceptions inside exception groups (anyio wraps a failure in a task group)."""
