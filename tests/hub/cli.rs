@@ -197,6 +197,32 @@ fn read_and_events_print_the_markdown_acp_and_codex_projections() {
     let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["item.started", "item.completed"], "{lines:?}");
     assert_eq!(lines[1]["item"]["items"][0]["completed"], true);
+    // A delegation from the shell: the task is the agent's, worked as a list of its own
+    // (no token on a hub without tokens); a second one into the same list is refused.
+    let o = cli(
+        &hub,
+        "lead",
+        &["delegate", "proj", "t2", "--to", "sub-1", "--json"],
+        "",
+    );
+    assert!(o.status.success(), "{o:?}");
+    let d: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        (d["list"].as_str(), d["task"]["owner"].as_str()),
+        (Some("proj/t2"), Some("sub-1"))
+    );
+    assert!(d.get("token").is_none(), "{d}");
+    let o = cli(
+        &hub,
+        "lead",
+        &["delegate", "proj", "t1", "--to", "sub-2", "--as", "proj/t2"],
+        "",
+    );
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("conflict"),
+        "{o:?}"
+    );
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }
