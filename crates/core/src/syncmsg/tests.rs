@@ -1399,3 +1399,34 @@ fn a_message_without_changes_is_summed_up_by_its_heads() {
     assert!(!with_changes.changes.is_empty());
     assert_eq!(summed_up(&with_changes.encode(), &Limits::default()), None);
 }
+
+/// What a compression bomb at the bound costs the validator: a figure for the notes, not
+/// a check (`cargo test -p swarmtodo-core --release --lib -- --ignored a_bomb_at_the_bound
+/// --nocapture`).
+#[test]
+#[ignore]
+fn a_bomb_at_the_bound_costs_the_validator() {
+    use crate::limits::INFLATED_BYTES_MAX;
+    let bomb = zeros_bomb(INFLATED_BYTES_MAX / 258 + 10);
+    let msg = with_changes(&[document_with_deflated_column(&bomb)]);
+    let limits = Limits::default();
+    let runs = 20u32;
+    let start = std::time::Instant::now();
+    for _ in 0..runs {
+        assert_eq!(
+            inflate::inflate(&bomb, INFLATED_BYTES_MAX, &mut inflate::Discard),
+            Err(inflate::Error::Bound)
+        );
+    }
+    let inflating = start.elapsed() / runs;
+    let start = std::time::Instant::now();
+    for _ in 0..runs {
+        assert_eq!(check_code(&msg, &limits), "inflate_bound");
+    }
+    let validating = start.elapsed() / runs;
+    eprintln!(
+        "bomb of {} KiB past {} MiB: inflate {inflating:?}, validate {validating:?} (mean of {runs})",
+        bomb.len() / 1024,
+        INFLATED_BYTES_MAX >> 20
+    );
+}
