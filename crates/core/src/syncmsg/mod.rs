@@ -455,6 +455,16 @@ fn check_bloom(bloom: &[u8]) -> Result<(), SyncMsgError> {
     Ok(())
 }
 
+/// The length raw DEFLATE `input` inflates to, if at most `bound`: the inflater the
+/// validator runs on every compressed change and column (for fuzzing and benchmarks).
+/// `Err` says why not: `"bound"`, or what is wrong with the stream.
+pub fn inflated_len(input: &[u8], bound: usize) -> Result<usize, &'static str> {
+    inflate::inflate(input, bound, &mut inflate::Discard).map_err(|e| match e {
+        inflate::Error::Bound => "bound",
+        inflate::Error::Invalid(why) => why,
+    })
+}
+
 mod chunks;
 mod inflate;
 mod reader;
