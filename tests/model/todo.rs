@@ -845,3 +845,41 @@ fn large_catch_ups_go_over_messages_under_the_changes_bound() {
         assert_eq!(base.read(), a.read());
     }
 }
+
+/// A replica takes a document rebuilt from a save of it made a while ago (the hub loads
+/// its snapshot off its task): the changes since the save are applied to it first, from
+/// the sync window when the save is recent and by automerge's walk back when it is older
+/// than the window; a document that is not a save of the list is refused.
+#[test]
+fn a_list_adopts_a_rebuilt_save_of_itself_with_the_changes_since() {
+    use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
+    for later in [3, SYNC_WINDOW_CHANGES + 10] {
+        let mut l = list_with_history(10, 5).fork(actor(0x20));
+        let saved = l.save();
+        for i in 0..later {
+            write(
+                &mut l,
+                "lead",
+                patch(vec![upsert(task(
+                    &format!("n{i}"),
+                    "Written after the save",
+                ))]),
+            );
+        }
+        let (heads, tasks) = (l.heads(), l.read());
+        l.adopt_rebuilt(automerge::Automerge::load(&saved).unwrap())
+            .unwrap();
+        assert_eq!(l.heads(), heads, "{later} changes after the save");
+        assert_eq!(l.doc().get_heads(), heads);
+        assert_eq!(l.read(), tasks);
+        // It goes on writing as itself.
+        assert_eq!(l.doc().get_actor(), &actor(0x20));
+        write(&mut l, "lead", patch(vec![upsert(task("last", "After"))]));
+        assert_eq!(l.len(), tasks.tasks.len() + 1);
+    }
+    let mut l = list_with_history(10, 5).fork(actor(0x21));
+    let heads = l.heads();
+    let foreign = list_with_history(3, 1);
+    assert!(l.adopt_rebuilt(foreign.doc().clone()).is_err());
+    assert_eq!(l.heads(), heads);
+}

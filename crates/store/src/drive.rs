@@ -3,9 +3,10 @@
 //! [`perform`] does what the core asks, in the order that keeps its promises: the
 //! commits are made durable (one transaction for all of a batch) and the answers go back
 //! to the core ([`HubCore::committed`]), which releases the events of durable commits
-//! and isolates a list whose commit the store refused; then the snapshots are stored,
-//! the sync messages sent, then the event frames, then relays, closes and the answers
-//! to API calls; a peer too far behind to take a frame is closed and the core is told
+//! and isolates a list whose commit the store refused; then the snapshots are stored
+//! (and a document rebuilt from one handed back, if the runtime rebuilt it at once), the
+//! sync messages sent, then the event frames, then relays, closes and the answers to API
+//! calls; a peer too far behind to take a frame is closed and the core is told
 //! it is gone; last, the lists the core asked for are loaded. A runtime supplies the
 //! I/O through [`Io`]: the server with its SQLite thread and WebSocket outboxes, the
 //! simulator with a SQLite file and its simulated network — so what the simulator
@@ -13,7 +14,7 @@
 
 use std::collections::VecDeque;
 
-use automerge::ActorId;
+use automerge::{ActorId, Automerge};
 use swarmtodo_core::hub::{
     Answer, CallId, Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored, StoredList,
 };
@@ -37,8 +38,11 @@ pub trait Io {
     async fn commit(&mut self, commits: &[Commit], at_ms: i64) -> Result<Vec<Stored>, StoreError>;
 
     /// Stores a snapshot in place of the changes it covers. A failure loses nothing
-    /// (the changes stay): the runtime logs it.
-    async fn compact(&mut self, compaction: Compaction);
+    /// (the changes stay): the runtime logs it. When the compaction asks for a rebuild
+    /// ([`Compaction::rebuild`], [`crate::persist::rebuild`]): `Some` with the document
+    /// when rebuilt at once, `None` when the rebuild goes on elsewhere and the runtime
+    /// hands its result to [`HubCore::rebuilt`] later.
+    async fn compact(&mut self, compaction: Compaction) -> Option<Automerge>;
 
     /// Loads list `doc` for the core, its document writing as `actor`: `Some` with the
     /// list (`None` inside: nothing stored) when done at once, `None` when the load
@@ -84,7 +88,10 @@ pub async fn perform<I: Io>(core: &mut HubCore, io: &mut I, fx: Effects) -> Resu
         };
         core.committed(at_ms, &mut fx, stored);
         for c in std::mem::take(&mut fx.compactions) {
-            io.compact(c).await;
+            let doc = c.doc;
+            if let Some(rebuilt) = io.compact(c).await {
+                core.rebuilt(doc, rebuilt);
+            }
         }
         let mut gone = Vec::new();
         for (c, frame) in fx.sends {

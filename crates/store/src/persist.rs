@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use automerge::ActorId;
+use automerge::{ActorId, Automerge};
 
 use crate::{Batch, ChangeRecord, Db, DocId, NewEvent, Store, StoreError};
 use swarmtodo_core::hub::{Commit, HubCore, Stored, StoredList};
@@ -234,6 +234,28 @@ pub async fn load(
         reported,
         since_compaction,
     }))
+}
+
+/// List `doc`'s document rebuilt from `snapshot` for a `Compaction` that asks for it
+/// (`None` when the snapshot does not load: the list keeps its document, and the failure
+/// is logged). The load costs the document's size: a runtime runs this off the hub's
+/// task and hands the result to [`HubCore::rebuilt`].
+pub fn rebuild(doc: &DocumentId, snapshot: &[u8]) -> Option<Automerge> {
+    let started = std::time::Instant::now();
+    match Automerge::load(snapshot) {
+        Ok(rebuilt) => {
+            tracing::debug!(
+                %doc,
+                ms = started.elapsed().as_millis() as u64,
+                "snapshot loaded for a rebuild"
+            );
+            Some(rebuilt)
+        }
+        Err(e) => {
+            tracing::warn!(%doc, error = %e, "a snapshot did not load for a rebuild");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -62,12 +62,13 @@ pub const COMPACT_AFTER_CHANGES: usize = 1_000;
 /// its snapshot plus at most a tenth more.
 pub const COMPACT_AFTER_GROWTH_PERCENT: usize = 10;
 /// Growth, in percent of its changes, after which a list's document in memory is rebuilt
-/// from the snapshot the hub is storing anyway (`TodoList::save_and_compact`). A
+/// from the snapshot the hub is storing anyway (`TodoList::adopt_rebuilt`). A
 /// document grown change by change holds several times the memory of the same document
 /// loaded (a 1,000-task list grown from 50,000 to 60,000 changes: 24 MiB more, 21.5 of
 /// them given back by the rebuild; `examples/list_memory.rs`). The rebuild costs a load,
-/// about 3.4 µs per change of history on the hub task (200 ms at 60,000 changes), so it
-/// runs only after growth by this share: about 14 µs per change, amortised.
+/// about 3.4 µs per change of history (200 ms at 60,000 changes) — off the hub's task,
+/// but CPU all the same, and a second copy of the document for that moment — so it runs
+/// only after growth by this share: about 14 µs per change, amortised.
 pub const REBUILD_AFTER_GROWTH_PERCENT: usize = 25;
 
 /// History work one connection may make the hub do before it must wait, in units: a

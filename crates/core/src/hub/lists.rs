@@ -44,6 +44,22 @@ impl HubCore {
         fx
     }
 
+    /// List `id`'s document rebuilt from a snapshot the core asked for
+    /// ([`Compaction::rebuild`](super::Compaction::rebuild)), loaded by the runtime off the hub's task: it takes
+    /// the place of the one in memory, with the changes the list took since the
+    /// snapshot applied to it first. Nothing changes for the list's peers. A list that
+    /// left memory meanwhile has nothing to take it (it is loaded in one piece anyway);
+    /// a document that is not a save of the list is refused and logged.
+    pub fn rebuilt(&mut self, id: DocumentId, rebuilt: Automerge) {
+        let Some(doc) = self.docs.get_mut(&id) else {
+            return;
+        };
+        match doc.list.adopt_rebuilt(rebuilt) {
+            Ok(()) => tracing::debug!(doc = %id, "list rebuilt"),
+            Err(e) => tracing::warn!(doc = %id, error = %e, "kept the list as it was"),
+        }
+    }
+
     /// Puts a list in memory before any peer asked for it, with the authority's reported
     /// keys, as a load would (tests and benchmarks start from a list this way; a runtime
     /// loads through [`Effects::loads`] and [`HubCore::loaded`]).

@@ -293,17 +293,19 @@ impl HubCore {
             doc.since_compaction = 0;
             let changes = change_count(&doc.list);
             let grown = changes.saturating_sub(doc.changes_at_rebuild);
-            let snapshot = if grown * 100 >= doc.changes_at_rebuild * REBUILD_AFTER_GROWTH_PERCENT {
-                tracing::debug!(doc = %doc_id, changes, "rebuilding the list in memory");
+            let rebuild = grown * 100 >= doc.changes_at_rebuild * REBUILD_AFTER_GROWTH_PERCENT;
+            if rebuild {
+                // The rebuild itself runs off the hub's task: a load costs about 3.4 µs
+                // per change of history (200 ms at 60,000), which every other list's
+                // writes would wait for here.
+                tracing::debug!(doc = %doc_id, changes, "rebuilding the list off the hub's task");
                 doc.changes_at_rebuild = changes;
-                doc.list.save_and_compact()
-            } else {
-                doc.list.save()
-            };
+            }
             fx.compactions.push(Compaction {
                 doc: doc_id,
-                snapshot,
+                snapshot: doc.list.save(),
                 heads: doc.list.heads(),
+                rebuild,
             });
         }
     }

@@ -202,6 +202,10 @@ pub struct Compaction {
     pub snapshot: Vec<u8>,
     /// The heads the snapshot covers.
     pub heads: Vec<ChangeHash>,
+    /// Whether the runtime should also load the snapshot into a fresh document, off the
+    /// hub's task, and hand it to [`HubCore::rebuilt`] (see
+    /// [`REBUILD_AFTER_GROWTH_PERCENT`]).
+    pub rebuild: bool,
 }
 
 /// What the runtime must do, in this order: commit (and tell [`HubCore::committed`]),

@@ -89,6 +89,9 @@ pub enum ModelError {
         /// What the decoder said.
         reason: String,
     },
+    /// A rebuilt document offered in place of the list's was not a save of it.
+    #[error("rebuilt document refused: it {0}")]
+    Rebuilt(String),
 }
 
 /// One replica of one todo list.
@@ -175,24 +178,62 @@ impl TodoList {
         self.doc.save()
     }
 
-    /// The whole document, compressed — and the document in memory rebuilt from it.
-    /// Automerge's op columns grow as changes land one batch at a time and keep their
-    /// spare room; a document loaded from its own save holds the same content in about
-    /// two thirds of the memory (a 1,000-task list with 10,000 changes: 3.3 → 2.2 MiB;
-    /// `examples/list_memory.rs`). The hub does this when it stores a snapshot anyway.
-    /// Heads, index and sync window are unchanged: the content is the same.
+    /// The whole document, compressed — and the document in memory rebuilt from it at
+    /// once, on this thread (the hub rebuilds off its task: [`TodoList::adopt_rebuilt`]).
     pub fn save_and_compact(&mut self) -> Vec<u8> {
         let bytes = self.doc.save();
-        match Automerge::load(&bytes) {
-            Ok(doc) if doc.get_heads() == self.doc.get_heads() => {
-                self.doc = doc.with_actor(self.doc.get_actor().clone());
-            }
-            // A document always loads from its own save; if it ever did not, the
-            // one in memory stays, uncompacted.
-            Ok(_) => tracing::warn!("a saved list reloaded with other heads; kept as it was"),
-            Err(e) => tracing::warn!(error = %e, "a saved list did not reload; kept as it was"),
+        let adopted = Automerge::load(&bytes)
+            .map_err(ModelError::from)
+            .and_then(|doc| self.adopt_rebuilt(doc));
+        // A document always loads from its own save; if it ever did not, the one in
+        // memory stays, uncompacted.
+        if let Err(e) = adopted {
+            tracing::warn!(error = %e, "a saved list did not reload; kept as it was");
         }
         bytes
+    }
+
+    /// Takes `rebuilt` — this list's document loaded from a save of it, made elsewhere
+    /// (a runtime loads the hub's snapshot off the hub's task) — in place of the one in
+    /// memory. Automerge's op columns grow as changes land one batch at a time and keep
+    /// their spare room; a document loaded from its own save holds the same content in
+    /// about two thirds of the memory (a 1,000-task list with 10,000 changes: 3.3 → 2.2
+    /// MiB; `examples/list_memory.rs`). The changes this list took since the save are
+    /// applied to `rebuilt` first (the walk goes back only to the save's heads), so the
+    /// content, the heads, the index and the sync window stay what they are. Refused,
+    /// with the document in memory kept, when `rebuilt` holds a change this list does
+    /// not (it is not a save of this list) or does not end at this list's heads.
+    pub fn adopt_rebuilt(&mut self, mut rebuilt: Automerge) -> Result<(), ModelError> {
+        let theirs = rebuilt.get_heads();
+        if let Some(h) = theirs
+            .iter()
+            .find(|h| !self.window.has_change(&self.doc, h))
+        {
+            return Err(ModelError::Rebuilt(format!(
+                "holds change {h} that the list does not"
+            )));
+        }
+        let mine = self.heads();
+        if theirs != mine {
+            // From the window when it can tell (a save a moment old); else automerge's
+            // walk back from the heads.
+            let since = match self.window.change_bytes_since(&theirs) {
+                Some(bytes) => bytes
+                    .into_iter()
+                    .map(|b| Change::from_bytes(b.to_vec()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| ModelError::Rebuilt(e.to_string()))?,
+                None => rebuilt.get_changes_added(&self.doc),
+            };
+            rebuilt.apply_changes(since)?;
+            if rebuilt.get_heads() != mine {
+                return Err(ModelError::Rebuilt(
+                    "does not end at the list's heads with the changes since".to_owned(),
+                ));
+            }
+        }
+        self.doc = rebuilt.with_actor(self.doc.get_actor().clone());
+        Ok(())
     }
 
     /// The current heads (the sync window's when it is in step: automerge collects and

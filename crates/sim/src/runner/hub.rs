@@ -151,7 +151,8 @@ impl Io for Sim<'_> {
         self.store_commits(commits, at_ms)
     }
 
-    async fn compact(&mut self, c: Compaction) {
+    /// Stored, and rebuilt at once (the simulation is one thread).
+    async fn compact(&mut self, c: Compaction) -> Option<automerge::Automerge> {
         self.stats.compactions += 1;
         if let Err(e) = self
             .db
@@ -159,6 +160,9 @@ impl Io for Sim<'_> {
         {
             self.io_error.get_or_insert(e.into());
         }
+        c.rebuild
+            .then(|| persist::rebuild(&c.doc, &c.snapshot))
+            .flatten()
     }
 
     async fn load(

@@ -339,6 +339,12 @@ impl SyncWindow {
         self.by_hash.contains_key(h) || doc.get_change_meta_by_hash(h).is_some()
     }
 
+    /// The bytes of the changes that are not ancestors of `heads`, in the order applied,
+    /// when the window can tell (see [`SyncWindow::since`]).
+    pub(crate) fn change_bytes_since(&self, heads: &[ChangeHash]) -> Option<Vec<&[u8]>> {
+        Some(self.since(heads)?.into_iter().map(|e| &*e.bytes).collect())
+    }
+
     /// The changes that are not ancestors of `heads`, in the order applied — the stock
     /// `get_hashes(heads)` — when the window can tell: `heads` were this replica's heads
     /// within the window (a suffix of it), or they are changes of the window (or the
