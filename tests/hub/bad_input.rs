@@ -1533,6 +1533,94 @@ async fn a_large_first_message_is_not_kept_per_connection() {
     drop(conns);
 }
 
+/// An idle connection costs the hub what it keeps for it, not the largest message it
+/// sent it. A peer that asks for a big list gets the whole list in the hub's first
+/// answer (one sync message: 2,000 tasks written at once are one change, a 314 KiB
+/// answer), and the WebSocket library kept an out buffer of that answer's size for the
+/// connection's life. Patched (vendor/README.md, `FrameCodec::write_out_buffer`); this
+/// test fails without the patch: 308 to 344 KiB per idle connection without it, 57 to 64
+/// KiB with it in a debug build (19 KiB of it is the connection's own; the rest is
+/// glibc's heap around the freed answers: 19 KiB in all with `MALLOC_MMAP_THRESHOLD_`
+/// set, which keeps large buffers out of the heap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_answer_is_not_kept_per_connection() {
+    const CONNS: usize = 100;
+    const TASKS: usize = 2_000;
+    /// Bytes: each peer's answer is at least this large (314 KiB), so that without the
+    /// patch each idle connection keeps more than the bound below.
+    const ANSWER_MIN: usize = 256 * 1024;
+    /// KiB: over twice the patched figure (64 at most), under the answer each
+    /// connection would keep without the patch (256 at least).
+    const PER_CONNECTION_MAX: u64 = 150;
+    let mut hub = NamedHub::start("biganswer");
+    let name = "big";
+    let doc = list_document_id(name);
+    let t0 = Instant::now();
+    big_list(&hub.url, name, TASKS).await;
+    probe(&hub.url, "before").await;
+    // Asks for the whole list as `me` and reads the hub's answer: returns the connection
+    // and the answer's size (the WebSocket frame's payload).
+    async fn reader(url: &str, me: &str, doc: DocumentId) -> (Ws, usize) {
+        let (mut ws, hub_id) = joined(url, me).await;
+        ws.send(Message::Binary(
+            sync_frame(me, &hub_id, doc, SEND_ME_EVERYTHING.to_vec()).into(),
+        ))
+        .await
+        .unwrap();
+        loop {
+            let next = tokio::time::timeout(WAIT, ws.next())
+                .await
+                .expect("the hub answers with the list");
+            match next {
+                Some(Ok(Message::Binary(b))) => {
+                    if let Ok(WireMessage::Sync { document_id, .. }) = wire::decode(&b) {
+                        assert_eq!(document_id, doc);
+                        return (ws, b.len());
+                    }
+                }
+                Some(Ok(_)) => {}
+                other => panic!("the hub closed a peer asking for the list: {other:?}"),
+            }
+        }
+    }
+    // A first reader gets the list and leaves: the hub's heap then holds what making
+    // one answer takes, which is not per connection.
+    let (mut ws, warm) = reader(&hub.url, "biganswer-warm", doc).await;
+    ws.close(None).await.ok();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_before = hub.rss_kib();
+    let t1 = Instant::now();
+    let mut conns = Vec::with_capacity(CONNS);
+    let mut sizes = Vec::with_capacity(CONNS);
+    for i in 0..CONNS {
+        let (ws, size) = reader(&hub.url, &format!("biganswer-{i}"), doc).await;
+        conns.push(ws);
+        sizes.push(size);
+    }
+    let answered = t1.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_idle = hub.rss_kib();
+    let per = rss_idle.saturating_sub(rss_before) / CONNS as u64;
+    let smallest = sizes.iter().min().copied().unwrap_or_default();
+    eprintln!(
+        "biganswer: {CONNS} idle peers each sent a {} KiB answer (a list of {TASKS} tasks; {warm} bytes to the first reader) in {answered:?}: hub RSS {rss_before} KiB -> {rss_idle} KiB: {per} KiB per connection; {:?} in all",
+        smallest / 1024,
+        t0.elapsed()
+    );
+    hub.assert_alive("with the peers idle");
+    assert!(
+        smallest >= ANSWER_MIN,
+        "every peer gets the large answer: the smallest was {smallest} bytes (at least {ANSWER_MIN})"
+    );
+    assert!(
+        per < PER_CONNECTION_MAX,
+        "{per} KiB per idle connection after a {} KiB answer (bound {PER_CONNECTION_MAX} KiB)",
+        smallest / 1024
+    );
+    probe(&hub.url, "after").await;
+    drop(conns);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_idle_connections_cost_little_and_the_hub_keeps_serving() {
     const IDLE: usize = 200;
