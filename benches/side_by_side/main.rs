@@ -12,6 +12,7 @@
 //! See `benches/README.md` for what is measured and how.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A bench's setup failing is a bug to see at once.
 
+mod hardening;
 mod peer;
 mod report;
 mod seed;
@@ -66,6 +67,12 @@ struct Options {
     quick: bool,
     /// Rewrite BENCHMARKS.md from a run's results.json (the chart needs a run).
     from_results: Option<PathBuf>,
+    /// Seconds of the soak (`hardening.rs`; instead of the side-by-side run).
+    soak: Option<f64>,
+    /// Seconds of each phase of the housekeeping measure.
+    housekeeping: Option<f64>,
+    /// Lists to store for the lists-out-of-memory measure.
+    unload: Option<usize>,
 }
 
 /// The total write rate offered in the sustained phase: above the 2,000/s target, so
@@ -90,6 +97,9 @@ impl Options {
             work: root.join("target/side-by-side"),
             quick: false,
             from_results: None,
+            soak: None,
+            housekeeping: None,
+            unload: None,
         };
         let mut args = std::env::args().skip(1);
         let list = |s: String| -> Vec<String> { s.split(',').map(str::to_owned).collect() };
@@ -139,6 +149,9 @@ impl Options {
                 "--out" => o.out = Some(PathBuf::from(val()?)),
                 "--no-out" => o.out = None,
                 "--from-results" => o.from_results = Some(PathBuf::from(val()?)),
+                "--soak" => o.soak = Some(val()?.parse()?),
+                "--housekeeping" => o.housekeeping = Some(val()?.parse()?),
+                "--unload" => o.unload = Some(val()?.parse()?),
                 other => anyhow::bail!("unknown argument {other:?}"),
             }
         }
@@ -279,7 +292,7 @@ fn main() -> anyhow::Result<()> {
         let results: Results = serde_json::from_slice(&std::fs::read(from)?)?;
         std::fs::write(
             out,
-            report::markdown(&results, &out.with_file_name("benchmarks-latency.svg")),
+            markdown(&o, &results, &out.with_file_name("benchmarks-latency.svg")),
         )?;
         eprintln!("wrote {out:?} from {from:?}");
         return Ok(());
@@ -291,7 +304,26 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if o.soak.is_some() || o.housekeeping.is_some() || o.unload.is_some() {
+        return rt.block_on(hardening::run(&o));
+    }
     rt.block_on(run_all(o))
+}
+
+/// `BENCHMARKS.md`: the run's results, and the weeks-of-uptime figures kept from
+/// their own runs.
+fn markdown(o: &Options, results: &Results, chart: &std::path::Path) -> String {
+    let mut md = report::markdown(results, chart);
+    if let Some(h) = hardening::kept(&o.work) {
+        md = format!(
+            "{}
+
+{}",
+            md.trim_end(),
+            hardening::section(&h)
+        );
+    }
+    md
 }
 
 async fn run_all(o: Options) -> anyhow::Result<()> {
@@ -356,7 +388,7 @@ async fn run_all(o: Options) -> anyhow::Result<()> {
     if let Some(out) = &o.out {
         let svg_path = out.with_file_name("benchmarks-latency.svg");
         std::fs::write(&svg_path, report::chart(&results))?;
-        std::fs::write(out, report::markdown(&results, &svg_path))?;
+        std::fs::write(out, markdown(&o, &results, &svg_path))?;
         eprintln!("wrote {out:?} and {svg_path:?}");
     }
     eprintln!("results: {:?}", o.work.join("results.json"));
@@ -383,6 +415,8 @@ struct Swarm {
     events: mpsc::UnboundedReceiver<Ev>,
     wire: Arc<Wire>,
     failures: Vec<String>,
+    /// Agents whose connection failed or ended.
+    failed: usize,
     /// Changes the agents received while getting in step.
     got_while_connecting: HashSet<ChangeHash>,
 }
@@ -396,11 +430,23 @@ impl Swarm {
         seed: &Arc<Seed>,
         doc: DocumentId,
     ) -> anyhow::Result<Swarm> {
+        Swarm::connect_to(server, first, n, |_| (doc, seed)).await
+    }
+
+    /// Connects agents `first..first + n`, agent `i` to the list `list_of(i)` says (its
+    /// document and content), and waits until they are in step.
+    async fn connect_to<'s>(
+        server: &Server,
+        first: usize,
+        n: usize,
+        list_of: impl Fn(usize) -> (DocumentId, &'s Arc<Seed>),
+    ) -> anyhow::Result<Swarm> {
         let (tx, rx) = mpsc::unbounded_channel();
         let wire = Arc::new(Wire::default());
         let mut agents = Vec::with_capacity(n);
         for batch in (first..first + n).collect::<Vec<_>>().chunks(CONNECT_BATCH) {
             let starts = batch.iter().map(|&i| {
+                let (doc, seed) = list_of(i);
                 swarm::start_agent(
                     i,
                     &server.url,
@@ -420,6 +466,7 @@ impl Swarm {
             events: rx,
             wire,
             failures: Vec::new(),
+            failed: 0,
             got_while_connecting: HashSet::new(),
         };
         let mut synced = HashSet::new();
@@ -452,6 +499,7 @@ impl Swarm {
         loop {
             match tokio::time::timeout_at(deadline, self.events.recv()).await {
                 Ok(Some(Ev::Failed(i, e))) => {
+                    self.failed += 1;
                     if self.failures.len() < 20 {
                         self.failures.push(format!("agent {i}: {e}"));
                     }

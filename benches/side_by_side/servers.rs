@@ -78,6 +78,15 @@ pub(crate) struct Server {
 impl Server {
     /// Starts `kind` on a free loopback port. `work` is a scratch folder.
     pub(crate) fn start(kind: Kind, work: &Path) -> anyhow::Result<Server> {
+        Server::start_in(kind, work, None)
+    }
+
+    /// Starts a hub on the store file `db` (kept when the server stops).
+    pub(crate) fn hub_on(db: &Path, work: &Path) -> anyhow::Result<Server> {
+        Server::start_in(Kind::Hub, work, Some(db))
+    }
+
+    fn start_in(kind: Kind, work: &Path, db: Option<&Path>) -> anyhow::Result<Server> {
         let port = free_port()?;
         let listen = format!("127.0.0.1:{port}");
         let mut cmd = Command::new("taskset");
@@ -111,7 +120,8 @@ impl Server {
                     "--listen",
                     &listen,
                     "--data",
-                    &d.join("hub.db").to_string_lossy(),
+                    &db.map_or_else(|| d.join("hub.db"), Path::to_path_buf)
+                        .to_string_lossy(),
                     "--config",
                     &config.to_string_lossy(),
                 ]);
