@@ -41,7 +41,7 @@ pub(crate) enum ToHub {
     /// A list the core asked for (`Effects::loads`), loaded from the store by a task of
     /// its own (the hub task goes on meanwhile; the frames for it wait in the core).
     Loaded(DocumentId, Box<Result<Option<StoredList>, StoreError>>),
-    /// A list's document rebuilt from its snapshot by a blocking task of its own (a
+    /// A list's document rebuilt from its snapshot by the rebuilding thread (a
     /// compaction asked for it), for [`swarmtodo_core::hub::HubCore::rebuilt`].
     Rebuilt(DocumentId, Box<automerge::Automerge>),
     /// A call of the JSON API, answered on `reply` (a write once it is durable).

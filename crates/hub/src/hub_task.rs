@@ -15,6 +15,7 @@ use automerge::{ActorId, Automerge};
 use crate::channel::{Outbox, ToHub};
 use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPPED};
 use crate::metrics::{Kind, Metrics, Outcome};
+use crate::rebuild::Rebuilder;
 use crate::stream::Streams;
 use swarmtodo_core::hub::{
     Answer, Call, CallId, Caller, Close, Commit, Compaction, ConnId, Effects, HubCore, Input,
@@ -56,7 +57,11 @@ pub(crate) async fn hub_task(
     loaded_to: mpsc::WeakSender<ToHub>,
     metrics: Arc<Metrics>,
 ) -> Result<(), ServeError> {
+    let rebuilder = Rebuilder::start(loaded_to.clone())
+        .map_err(|e| tracing::warn!(error = %e, "no rebuilding thread: lists keep their documents"))
+        .ok();
     let mut out = Relay {
+        rebuilder,
         metrics: metrics.clone(),
         store,
         known,
@@ -278,8 +283,7 @@ struct Relay {
     store: Store,
     known: BTreeSet<DocumentId>,
     outboxes: BTreeMap<ConnId, Outbox>,
-    /// Where a list loaded for the core is sent ([`ToHub::Loaded`]), and a document
-    /// rebuilt from a snapshot ([`ToHub::Rebuilt`]).
+    /// Where a list loaded for the core is sent ([`ToHub::Loaded`]).
     loaded_to: mpsc::WeakSender<ToHub>,
     /// Where the answers to API calls go, what each asked and when.
     calls: BTreeMap<CallId, Asked>,
@@ -287,6 +291,9 @@ struct Relay {
     next_call: u64,
     /// What the hub counts.
     metrics: Arc<Metrics>,
+    /// Where lists' documents are rebuilt from their snapshots (none: the thread could
+    /// not start, and lists keep their documents).
+    rebuilder: Option<Rebuilder>,
     /// The event streams' readers, told of each durable commit's events.
     streams: Streams,
 }
@@ -347,21 +354,12 @@ impl Io for Relay {
         Ok(stored)
     }
 
-    /// The snapshot goes to the store; a rebuild is a blocking task of its own whose
-    /// document comes back to the hub task as [`ToHub::Rebuilt`] (a load costs the
-    /// list's size — 200 ms at 60,000 changes — and the other lists must not wait).
+    /// The snapshot goes to the store; a rebuild goes to the rebuilding thread, whose
+    /// document comes back to the hub task as [`ToHub::Rebuilt`].
     async fn compact(&mut self, c: Compaction) -> Option<Automerge> {
         if c.rebuild {
-            if let Some(to_hub) = self.loaded_to.upgrade() {
-                let (doc, snapshot) = (c.doc, c.snapshot.clone());
-                tokio::spawn(async move {
-                    let rebuilt =
-                        tokio::task::spawn_blocking(move || persist::rebuild(&doc, &snapshot))
-                            .await;
-                    if let Ok(Some(rebuilt)) = rebuilt {
-                        let _ = to_hub.send(ToHub::Rebuilt(doc, Box::new(rebuilt))).await;
-                    }
-                });
+            if let Some(r) = &self.rebuilder {
+                r.rebuild(c.doc, c.snapshot.clone());
             }
         }
         // A failed compaction loses nothing (the changes stay); log and go on.

@@ -17,6 +17,7 @@ mod hub_task;
 pub mod limits;
 pub mod memory;
 mod metrics;
+mod rebuild;
 pub mod server;
 mod stream;
 
