@@ -127,3 +127,7 @@ pub const TRIM_AFTER_CHANGES: usize = 1_000;
 /// otherwise, and a hub whose peers came and went would keep the RSS of its busiest
 /// moment. A trim costs a few milliseconds; a list costs tens of KiB at least.
 pub const TRIM_AFTER_LISTS_DROPPED: usize = 64;
+/// Rebuilds waiting for the rebuilding thread (`rebuild.rs`), each with its list's
+/// snapshot. A rebuild only gives memory back: past this many, a list's next one is
+/// skipped (logged), and its document stays as it grew until its next rebuild is due.
+pub const REBUILDS_QUEUED_MAX: usize = 64;
