@@ -337,6 +337,7 @@ fn serve(
     hub_config.policy = config.policy();
     hub_config.roles = config.roles();
     hub_config.list_creations = config.list_creations();
+    swarmtodo::memory::one_heap_arena();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

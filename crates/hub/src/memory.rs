@@ -4,6 +4,9 @@
 //! resident memory, which also counts what the allocator keeps. Install it in a binary
 //! with `#[global_allocator] static A: swarmtodo_hub::memory::Counting = swarmtodo_hub::memory::Counting;`
 //! and read [`live`] around what is measured; the product never installs it.
+//!
+//! [`one_heap_arena`] is what the product does set: how many arenas glibc's allocator
+//! may keep.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,4 +44,20 @@ unsafe impl GlobalAlloc for Counting {
 /// Live heap bytes counted by [`Counting`] (0 when it is not the global allocator).
 pub fn live() -> usize {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// Limits glibc's allocator to [`HEAP_ARENAS_MAX`](crate::limits::HEAP_ARENAS_MAX) arenas
+/// (a no-op on other allocators). Call it first thing, before the threads start: an
+/// arena is made for a thread that finds the others busy, and never goes.
+pub fn one_heap_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let max = libc::c_int::try_from(crate::limits::HEAP_ARENAS_MAX).unwrap_or(1);
+        // SAFETY: mallopt only sets a parameter of the allocator; M_ARENA_MAX is one
+        // glibc knows, and any positive value is valid.
+        let ok = unsafe { libc::mallopt(libc::M_ARENA_MAX, max) };
+        if ok != 1 {
+            tracing::debug!("the allocator kept its arenas as they were");
+        }
+    }
 }
