@@ -67,7 +67,7 @@ struct Options {
     quick: bool,
     /// Rewrite BENCHMARKS.md from a run's results.json (the chart needs a run).
     from_results: Option<PathBuf>,
-    /// Seconds of the soak (`hardening.rs`; instead of the side-by-side run).
+    /// Seconds of the soak (`hardening/`; instead of the side-by-side run).
     soak: Option<f64>,
     /// Seconds of each phase of the housekeeping measure.
     housekeeping: Option<f64>,
