@@ -1511,3 +1511,74 @@ fn a_list_rebuilt_off_the_hub_task_keeps_the_writes_made_meanwhile() {
         "every change committed"
     );
 }
+
+/// A rebuilt document that comes back after the list took more than
+/// `REBUILD_CATCH_UP_MAX` changes (its thread runs only when the hub's core is idle) is
+/// dropped rather than caught up on the hub's task; the list's next compaction asks for
+/// a rebuild again, and that one is taken.
+#[test]
+fn a_rebuild_back_past_rebuild_catch_up_max_is_dropped_and_asked_again() {
+    use swarmtodo::hub::core::{Compaction, COMPACT_AFTER_CHANGES, REBUILD_CATCH_UP_MAX};
+    // Long enough that a burst of REBUILD_CATCH_UP_MAX + 1 is a compaction's worth and
+    // less than the growth a rebuild waits for.
+    let list = list_with_history(20, 5_000);
+    let changes = list.doc().stats().num_changes as usize;
+    let mut hub = Hub::with(&list);
+    let (c, mut writer, mut state) = peers_in_step(&mut hub, &list, 1).remove(0);
+    let mut n = 0u64;
+    // Writes `count` status changes in one message; returns the compactions asked for.
+    let mut burst = |hub: &mut Hub, writer: &mut TodoList, state: &mut sync::State, count| {
+        for _ in 0..count {
+            n += 1;
+            let s = [Status::Blocked, Status::Pending][n as usize % 2];
+            writer
+                .write(
+                    &patch(vec![upsert(status("t1", s))]),
+                    &WriteContext::new("w", 0, n),
+                )
+                .unwrap();
+        }
+        state.in_flight = false;
+        let m = writer.generate_sync_message(state).unwrap();
+        let fx = hub.sync(c, 0, m.encode());
+        fx.compactions
+    };
+    let first: Vec<Compaction> = burst(
+        &mut hub,
+        &mut writer,
+        &mut state,
+        COMPACT_AFTER_CHANGES.max(changes / 4 + 1),
+    );
+    assert_eq!(first.len(), 1);
+    assert!(first[0].rebuild);
+    // The list moves on past what a rebuild may catch up; the compaction on the way
+    // asks for no rebuild (one is under way).
+    let second = burst(&mut hub, &mut writer, &mut state, REBUILD_CATCH_UP_MAX + 1);
+    assert!(second.iter().all(|c| !c.rebuild), "{second:?}");
+    hub.core.rebuilt(
+        hub.doc,
+        automerge::Automerge::load(&first[0].snapshot).unwrap(),
+    );
+    let held = hub.core.doc(&hub.doc).unwrap().list();
+    assert_eq!(
+        held.doc().get_heads(),
+        writer.heads(),
+        "dropped, the list as it was"
+    );
+    // The next compaction asks again; that rebuild, back at once, is taken.
+    let third = burst(
+        &mut hub,
+        &mut writer,
+        &mut state,
+        COMPACT_AFTER_CHANGES + 200,
+    );
+    let again: Vec<&Compaction> = third.iter().filter(|c| c.rebuild).collect();
+    assert_eq!(again.len(), 1, "{third:?}");
+    hub.core.rebuilt(
+        hub.doc,
+        automerge::Automerge::load(&again[0].snapshot).unwrap(),
+    );
+    let held = hub.core.doc(&hub.doc).unwrap().list();
+    assert_eq!(held.doc().get_heads(), writer.heads());
+    assert_eq!(held.read(), writer.read());
+}

@@ -849,7 +849,8 @@ fn large_catch_ups_go_over_messages_under_the_changes_bound() {
 /// A replica takes a document rebuilt from a save of it made a while ago (the hub loads
 /// its snapshot off its task): the changes since the save are applied to it first, from
 /// the sync window when the save is recent and by automerge's walk back when it is older
-/// than the window; a document that is not a save of the list is refused.
+/// than the window; a document that is not a save of the list, or that lacks more
+/// changes than the caller lets it take, is refused.
 #[test]
 fn a_list_adopts_a_rebuilt_save_of_itself_with_the_changes_since() {
     use swarmtodo::model::sync::SYNC_WINDOW_CHANGES;
@@ -867,8 +868,18 @@ fn a_list_adopts_a_rebuilt_save_of_itself_with_the_changes_since() {
             );
         }
         let (heads, tasks) = (l.heads(), l.read());
-        l.adopt_rebuilt(automerge::Automerge::load(&saved).unwrap())
+        // Not when it lacks more than it may take.
+        let late = l.adopt_rebuilt(automerge::Automerge::load(&saved).unwrap(), later - 1);
+        assert!(
+            late.is_err(),
+            "{later} changes behind, at most {} taken",
+            later - 1
+        );
+        assert_eq!(l.heads(), heads);
+        let taken = l
+            .adopt_rebuilt(automerge::Automerge::load(&saved).unwrap(), later)
             .unwrap();
+        assert_eq!(taken, later);
         assert_eq!(l.heads(), heads, "{later} changes after the save");
         assert_eq!(l.doc().get_heads(), heads);
         assert_eq!(l.read(), tasks);
@@ -880,6 +891,6 @@ fn a_list_adopts_a_rebuilt_save_of_itself_with_the_changes_since() {
     let mut l = list_with_history(10, 5).fork(actor(0x21));
     let heads = l.heads();
     let foreign = list_with_history(3, 1);
-    assert!(l.adopt_rebuilt(foreign.doc().clone()).is_err());
+    assert!(l.adopt_rebuilt(foreign.doc().clone(), usize::MAX).is_err());
     assert_eq!(l.heads(), heads);
 }

@@ -279,7 +279,7 @@ pub(crate) async fn soak(o: &Options, seconds: f64) -> anyhow::Result<Soak> {
             if since >= next_sample && since.as_secs_f64() <= seconds {
                 let rss = mib(server.usage().rss_bytes);
                 samples.push((since.as_secs_f64() / 60.0, rss));
-                if next_sample.as_secs() % 60 == 0 {
+                if next_sample.as_secs().is_multiple_of(60) {
                     eprintln!("   {:.0} s: RSS {rss:.1} MiB", since.as_secs_f64());
                 }
                 next_sample += RSS_EVERY;

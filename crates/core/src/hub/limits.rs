@@ -70,6 +70,11 @@ pub const COMPACT_AFTER_GROWTH_PERCENT: usize = 10;
 /// but CPU all the same, and a second copy of the document for that moment — so it runs
 /// only after growth by this share: about 14 µs per change, amortised.
 pub const REBUILD_AFTER_GROWTH_PERCENT: usize = 25;
+/// Changes a rebuilt document may lack and still take its list's place: the hub's task
+/// applies them to it first (tens of microseconds each, so at most tens of milliseconds).
+/// A rebuild that waited longer — its thread runs only when the hub's core is otherwise
+/// idle — is dropped, and the list's next compaction asks for another.
+pub const REBUILD_CATCH_UP_MAX: usize = 1_000;
 
 /// History work one connection may make the hub do before it must wait, in units: a
 /// sync step the recent-changes window cannot answer (a fresh peer that needs the

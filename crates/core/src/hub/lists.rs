@@ -3,7 +3,7 @@
 use automerge::Automerge;
 
 use super::events::change_count;
-use super::limits::LIST_SUMMARY_INTERVAL_MS;
+use super::limits::{LIST_SUMMARY_INTERVAL_MS, REBUILD_CATCH_UP_MAX};
 use super::merge::summary_of;
 use super::{Close, Commit, ConnId, DocState, Effects, HubCore, StoredList};
 use crate::model::TodoList;
@@ -54,9 +54,12 @@ impl HubCore {
         let Some(doc) = self.docs.get_mut(&id) else {
             return;
         };
-        match doc.list.adopt_rebuilt(rebuilt) {
-            Ok(()) => tracing::debug!(doc = %id, "list rebuilt"),
-            Err(e) => tracing::warn!(doc = %id, error = %e, "kept the list as it was"),
+        match doc.list.adopt_rebuilt(rebuilt, REBUILD_CATCH_UP_MAX) {
+            Ok(caught_up) => tracing::debug!(doc = %id, caught_up, "list rebuilt"),
+            Err(e) => {
+                tracing::info!(doc = %id, error = %e, "rebuild dropped; the next compaction asks for another");
+                doc.changes_at_rebuild = 0;
+            }
         }
     }
 

@@ -184,7 +184,7 @@ impl TodoList {
         let bytes = self.doc.save();
         let adopted = Automerge::load(&bytes)
             .map_err(ModelError::from)
-            .and_then(|doc| self.adopt_rebuilt(doc));
+            .and_then(|doc| self.adopt_rebuilt(doc, 0));
         // A document always loads from its own save; if it ever did not, the one in
         // memory stays, uncompacted.
         if let Err(e) = adopted {
@@ -200,10 +200,15 @@ impl TodoList {
     /// about two thirds of the memory (a 1,000-task list with 10,000 changes: 3.3 → 2.2
     /// MiB; `examples/list_memory.rs`). The changes this list took since the save are
     /// applied to `rebuilt` first (the walk goes back only to the save's heads), so the
-    /// content, the heads, the index and the sync window stay what they are. Refused,
-    /// with the document in memory kept, when `rebuilt` holds a change this list does
-    /// not (it is not a save of this list) or does not end at this list's heads.
-    pub fn adopt_rebuilt(&mut self, mut rebuilt: Automerge) -> Result<(), ModelError> {
+    /// content, the heads, the index and the sync window stay what they are. Returns how
+    /// many changes it took. Refused, with the document in memory kept, when `rebuilt`
+    /// holds a change this list does not (it is not a save of this list), lacks more than
+    /// `catch_up_max` of the list's changes, or does not end at this list's heads.
+    pub fn adopt_rebuilt(
+        &mut self,
+        mut rebuilt: Automerge,
+        catch_up_max: usize,
+    ) -> Result<usize, ModelError> {
         let theirs = rebuilt.get_heads();
         if let Some(h) = theirs
             .iter()
@@ -214,10 +219,17 @@ impl TodoList {
             )));
         }
         let mine = self.heads();
+        let mut caught_up = 0;
         if theirs != mine {
             // From the window when it can tell (a save a moment old); else automerge's
             // walk back from the heads.
+            let too_many = || {
+                ModelError::Rebuilt(format!(
+                    "lacks more than {catch_up_max} changes of the list"
+                ))
+            };
             let since = match self.window.change_bytes_since(&theirs) {
+                Some(bytes) if bytes.len() > catch_up_max => return Err(too_many()),
                 Some(bytes) => bytes
                     .into_iter()
                     .map(|b| Change::from_bytes(b.to_vec()))
@@ -225,6 +237,10 @@ impl TodoList {
                     .map_err(|e| ModelError::Rebuilt(e.to_string()))?,
                 None => rebuilt.get_changes_added(&self.doc),
             };
+            if since.len() > catch_up_max {
+                return Err(too_many());
+            }
+            caught_up = since.len();
             rebuilt.apply_changes(since)?;
             if rebuilt.get_heads() != mine {
                 return Err(ModelError::Rebuilt(
@@ -233,7 +249,7 @@ impl TodoList {
             }
         }
         self.doc = rebuilt.with_actor(self.doc.get_actor().clone());
-        Ok(())
+        Ok(caught_up)
     }
 
     /// The current heads (the sync window's when it is in step: automerge collects and
