@@ -228,6 +228,7 @@ impl Db {
                 max: SNAPSHOT_HEADS_MAX,
             });
         }
+        let started = std::time::Instant::now();
         let tx = self.write()?;
         let list = list_id(&tx, doc)?;
         let old_heads: Option<Vec<u8>> = tx
@@ -286,7 +287,13 @@ impl Db {
         .execute(params![list, encode_hashes(heads), snapshot])?;
         let info = list_info(&tx, "l.id = ?1", &list)?.ok_or(StoreError::UnknownList(doc))?;
         tx.commit()?;
-        tracing::debug!(%doc, removed = covered.len(), snapshot_bytes = snapshot.len(), "compacted");
+        tracing::debug!(
+            %doc,
+            removed = covered.len(),
+            snapshot_bytes = snapshot.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "compacted"
+        );
         Ok(info)
     }
 
