@@ -337,7 +337,7 @@ fn serve(
     hub_config.policy = config.policy();
     hub_config.roles = config.roles();
     hub_config.list_creations = config.list_creations();
-    swarmtodo::memory::one_heap_arena();
+    swarmtodo::memory::limit_heap_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -773,10 +773,7 @@ async fn sustained(
         .duration_since(start)
         .as_secs_f64()
         .max(o.duration.as_secs_f64());
-    let wall = u1
-        .at
-        .zip(u0.at)
-        .map_or(1.0, |(a, b)| a.duration_since(b).as_secs_f64());
+    let wall = u1.wall_since(&u0);
     Sustained {
         agents: n,
         offered_per_s: rate,
@@ -785,7 +782,7 @@ async fn sustained(
         acked: lat.len(),
         accepted_per_s: lat.len() as f64 / span,
         ack: Dist::of(&lat),
-        server_cpu_share: u1.cpu.saturating_sub(u0.cpu).as_secs_f64() / wall,
+        server_cpu_share: u1.cpu_share_since(&u0),
         generator_cpu_share: g1.cpu.saturating_sub(g0.cpu).as_secs_f64() / wall,
         wire_bytes_per_write: ((wire1.0 - wire0.0) + (wire1.1 - wire0.1)) as f64
             / issued.max(1) as f64,

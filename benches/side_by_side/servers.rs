@@ -232,6 +232,18 @@ pub(crate) struct Usage {
 }
 
 impl Usage {
+    /// Seconds from `before` to this reading (1 when either has no time).
+    pub(crate) fn wall_since(&self, before: &Usage) -> f64 {
+        self.at
+            .zip(before.at)
+            .map_or(1.0, |(a, b)| a.duration_since(b).as_secs_f64())
+    }
+
+    /// The share of one core the process used from `before` to this reading.
+    pub(crate) fn cpu_share_since(&self, before: &Usage) -> f64 {
+        self.cpu.saturating_sub(before.cpu).as_secs_f64() / self.wall_since(before)
+    }
+
     pub(crate) fn of(pid: u32) -> Usage {
         let rss_bytes = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .ok()

@@ -1451,6 +1451,30 @@ async fn a_never_reading_peer_re_requesting_a_big_list_does_not_starve_others() 
 // 9. Many idle connections
 // ---------------------------------------------------------------------------------
 
+/// Joins as `me`, sends `data` as a sync message about `doc` and waits for the hub's first
+/// sync answer: the connection, the answer's document and its size (the WebSocket
+/// frame's payload).
+async fn answered(url: &str, me: &str, doc: DocumentId, data: Vec<u8>) -> (Ws, DocumentId, usize) {
+    let (mut ws, hub_id) = joined(url, me).await;
+    ws.send(Message::Binary(sync_frame(me, &hub_id, doc, data).into()))
+        .await
+        .unwrap();
+    loop {
+        let next = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("the hub answers the sync message");
+        match next {
+            Some(Ok(Message::Binary(b))) => {
+                if let Ok(WireMessage::Sync { document_id, .. }) = wire::decode(&b) {
+                    return (ws, document_id, b.len());
+                }
+            }
+            Some(Ok(_)) => {}
+            other => panic!("the hub closed {me} before answering its sync message: {other:?}"),
+        }
+    }
+}
+
 /// An idle connection costs the hub what it keeps for it, not its largest message. Every
 /// automerge peer's first sync message carries a Bloom filter of its whole history (73
 /// KiB at 60,000 changes), and the WebSocket library kept a read buffer of that size for
@@ -1492,28 +1516,8 @@ async fn a_large_first_message_is_not_kept_per_connection() {
     let rss_before = hub.rss_kib();
     let mut conns = Vec::with_capacity(CONNS);
     for i in 0..CONNS {
-        let me = format!("bloom-{i}");
-        let (mut ws, hub_id) = joined(&hub.url, &me).await;
-        ws.send(Message::Binary(
-            sync_frame(&me, &hub_id, doc, first.clone()).into(),
-        ))
-        .await
-        .unwrap();
         // The hub's answer (the list) arrives: the frame was read and handled.
-        loop {
-            let next = tokio::time::timeout(WAIT, ws.next())
-                .await
-                .expect("the hub answers the first message");
-            match next {
-                Some(Ok(Message::Binary(b))) => {
-                    if let Ok(WireMessage::Sync { .. }) = wire::decode(&b) {
-                        break;
-                    }
-                }
-                Some(Ok(_)) => {}
-                other => panic!("the hub closed a peer with a large first message: {other:?}"),
-            }
-        }
+        let (ws, _, _) = answered(&hub.url, &format!("bloom-{i}"), doc, first.clone()).await;
         conns.push(ws);
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1561,27 +1565,9 @@ async fn a_large_answer_is_not_kept_per_connection() {
     // Asks for the whole list as `me` and reads the hub's answer: returns the connection
     // and the answer's size (the WebSocket frame's payload).
     async fn reader(url: &str, me: &str, doc: DocumentId) -> (Ws, usize) {
-        let (mut ws, hub_id) = joined(url, me).await;
-        ws.send(Message::Binary(
-            sync_frame(me, &hub_id, doc, SEND_ME_EVERYTHING.to_vec()).into(),
-        ))
-        .await
-        .unwrap();
-        loop {
-            let next = tokio::time::timeout(WAIT, ws.next())
-                .await
-                .expect("the hub answers with the list");
-            match next {
-                Some(Ok(Message::Binary(b))) => {
-                    if let Ok(WireMessage::Sync { document_id, .. }) = wire::decode(&b) {
-                        assert_eq!(document_id, doc);
-                        return (ws, b.len());
-                    }
-                }
-                Some(Ok(_)) => {}
-                other => panic!("the hub closed a peer asking for the list: {other:?}"),
-            }
-        }
+        let (ws, answer_doc, size) = answered(url, me, doc, SEND_ME_EVERYTHING.to_vec()).await;
+        assert_eq!(answer_doc, doc);
+        (ws, size)
     }
     // A first reader gets the list and leaves: the hub's heap then holds what making
     // one answer takes, which is not per connection.

@@ -221,22 +221,22 @@ async fn seeded(
     Ok(seeders)
 }
 
-/// Acknowledged writes missing on the server, list by list (`doc_of` maps an agent to
-/// its list).
+/// Acknowledged writes missing on the server, list by list (`list_of` maps an agent to
+/// its place in `lists`).
 async fn lost(
     server: &Server,
-    seed: &Arc<Seed>,
+    lists: &[(DocumentId, &Arc<Seed>)],
     acks: &[Ack],
-    docs: &[DocumentId],
-    doc_of: impl Fn(usize) -> usize,
+    list_of: impl Fn(usize) -> usize,
 ) -> anyhow::Result<usize> {
-    let mut by_doc: HashMap<usize, Vec<ChangeHash>> = HashMap::new();
+    let mut by_list: HashMap<usize, Vec<ChangeHash>> = HashMap::new();
     for a in acks {
-        by_doc.entry(doc_of(a.agent)).or_default().push(a.hash);
+        by_list.entry(list_of(a.agent)).or_default().push(a.hash);
     }
     let mut lost = 0;
-    for (d, hashes) in by_doc {
-        lost += verify(server, seed, docs[d], &hashes).await?;
+    for (l, hashes) in by_list {
+        let (doc, seed) = lists[l];
+        lost += verify(server, seed, doc, &hashes).await?;
     }
     Ok(lost)
 }
@@ -289,7 +289,7 @@ pub(crate) async fn soak(o: &Options, seconds: f64) -> anyhow::Result<Soak> {
     .await;
     let u1 = server.usage();
     let dropped = swarm.failed;
-    let acked_lost = lost(&server, &seed, &acks, &docs, |a| a % docs.len()).await?;
+    let acked_lost = lost(&server, &lists, &acks, |a| a % docs.len()).await?;
     let minutes = (0..(seconds / 60.0).ceil() as usize)
         .filter(|m| acks.iter().any(|a| (a.at_s / 60.0) as usize == *m))
         .map(|m| {
@@ -311,10 +311,6 @@ pub(crate) async fn soak(o: &Options, seconds: f64) -> anyhow::Result<Soak> {
         })
         .collect();
     let steady: Vec<(f64, f64)> = samples.iter().copied().filter(|(t, _)| *t >= 1.0).collect();
-    let wall = u1
-        .at
-        .zip(u0.at)
-        .map_or(1.0, |(a, b)| a.duration_since(b).as_secs_f64());
     let rss_first_mib = samples.first().map_or(0.0, |s| s.1);
     let rss_last_mib = samples.last().map_or(0.0, |s| s.1);
     let soak = Soak {
@@ -334,7 +330,7 @@ pub(crate) async fn soak(o: &Options, seconds: f64) -> anyhow::Result<Soak> {
         rss_last_mib,
         rss_bytes_per_write: (rss_last_mib - rss_first_mib) * 1_048_576.0
             / acks.len().max(1) as f64,
-        server_cpu_share: u1.cpu.saturating_sub(u0.cpu).as_secs_f64() / wall,
+        server_cpu_share: u1.cpu_share_since(&u0),
     };
     eprintln!(
         "   sent {}, acked {}, lost {}, dropped {}; RSS {:.1} → {:.1} MiB ({:.0} B per write), slope {:?} MiB/min",
@@ -396,21 +392,15 @@ async fn housekeeping_phase(
         busy.changes()
     );
     let server = Server::start(Kind::Hub, &o.work)?;
-    let docs = [
-        list_document_id("housekeeping-busy"),
-        list_document_id("housekeeping-probe"),
+    let lists = [
+        (list_document_id("housekeeping-busy"), busy),
+        (list_document_id("housekeeping-probe"), probe),
     ];
-    let seeders = seeded(&server, &[(docs[0], busy), (docs[1], probe)]).await?;
+    let seeders = seeded(&server, &lists).await?;
     // Both lists hold the same agents' actors; the probe agents come after the busy ones.
     let doc_of = |k: usize| usize::from(k >= BUSY_AGENTS);
-    let mut swarm = Swarm::connect_to(&server, 0, BUSY_AGENTS + PROBE_AGENTS, |k| {
-        if doc_of(k) == 0 {
-            (docs[0], busy)
-        } else {
-            (docs[1], probe)
-        }
-    })
-    .await?;
+    let mut swarm =
+        Swarm::connect_to(&server, 0, BUSY_AGENTS + PROBE_AGENTS, |k| lists[doc_of(k)]).await?;
     for s in seeders {
         s.close().await;
     }
@@ -433,27 +423,15 @@ async fn housekeeping_phase(
     )
     .await;
     let u1 = server.usage();
-    let wall = u1
-        .at
-        .zip(u0.at)
-        .map_or(1.0, |(a, b)| a.duration_since(b).as_secs_f64());
     let (probe_acks, busy_acks): (Vec<&Ack>, Vec<&Ack>) =
         acks.iter().partition(|a| doc_of(a.agent) == 1);
-    let mut acked_lost = 0;
-    for (d, seed) in [(0, busy), (1, probe)] {
-        let hashes: Vec<ChangeHash> = acks
-            .iter()
-            .filter(|a| doc_of(a.agent) == d)
-            .map(|a| a.hash)
-            .collect();
-        acked_lost += verify(&server, seed, docs[d], &hashes).await?;
-    }
+    let acked_lost = lost(&server, &lists, &acks, doc_of).await?;
     let phase = Phase {
         history: busy.changes(),
         probe: Dist::of(&probe_acks.iter().map(|a| a.ms).collect::<Vec<_>>()),
         busy: Dist::of(&busy_acks.iter().map(|a| a.ms).collect::<Vec<_>>()),
         busy_acked_per_s: busy_acks.len() as f64 / seconds,
-        server_cpu_share: u1.cpu.saturating_sub(u0.cpu).as_secs_f64() / wall,
+        server_cpu_share: u1.cpu_share_since(&u0),
         acked_lost,
         dropped: swarm.failed,
     };

@@ -131,7 +131,7 @@ pub const TRIM_AFTER_LISTS_DROPPED: usize = 64;
 /// snapshot. A rebuild only gives memory back: past this many, a list's next one is
 /// skipped (logged), and its document stays as it grew until its next rebuild is due.
 pub const REBUILDS_QUEUED_MAX: usize = 64;
-/// Heap arenas glibc's allocator may keep for the hub process (`memory::one_heap_arena`,
+/// Heap arenas glibc's allocator may keep for the hub process (`memory::limit_heap_arenas`,
 /// set by `swarmtodo serve`). With an arena per busy thread, a list rebuilt on the
 /// rebuilding thread lives in another arena than the document it replaces, whose freed
 /// pages stay mapped among live ones: 6.84 MiB resident per 10,000-change list in the

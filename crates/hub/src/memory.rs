@@ -5,7 +5,7 @@
 //! with `#[global_allocator] static A: swarmtodo_hub::memory::Counting = swarmtodo_hub::memory::Counting;`
 //! and read [`live`] around what is measured; the product never installs it.
 //!
-//! [`one_heap_arena`] is what the product does set: how many arenas glibc's allocator
+//! [`limit_heap_arenas`] is what the product does set: how many arenas glibc's allocator
 //! may keep.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -49,7 +49,7 @@ pub fn live() -> usize {
 /// Limits glibc's allocator to [`HEAP_ARENAS_MAX`](crate::limits::HEAP_ARENAS_MAX) arenas
 /// (a no-op on other allocators). Call it first thing, before the threads start: an
 /// arena is made for a thread that finds the others busy, and never goes.
-pub fn one_heap_arena() {
+pub fn limit_heap_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let max = libc::c_int::try_from(crate::limits::HEAP_ARENAS_MAX).unwrap_or(1);

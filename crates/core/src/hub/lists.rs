@@ -49,7 +49,9 @@ impl HubCore {
     /// the place of the one in memory, with the changes the list took since the
     /// snapshot applied to it first. Nothing changes for the list's peers. A list that
     /// left memory meanwhile has nothing to take it (it is loaded in one piece anyway);
-    /// a document that is not a save of the list is refused and logged.
+    /// a document that is not a save of the list, or that lacks more than
+    /// [`REBUILD_CATCH_UP_MAX`] of its changes, is dropped and logged, and the list's next
+    /// compaction asks for another.
     pub fn rebuilt(&mut self, id: DocumentId, rebuilt: Automerge) {
         let Some(doc) = self.docs.get_mut(&id) else {
             return;
