@@ -73,6 +73,8 @@ struct Options {
     housekeeping: Option<f64>,
     /// Lists to store for the lists-out-of-memory measure.
     unload: Option<usize>,
+    /// Only the memory-per-list phase, its section of BENCHMARKS.md rewritten.
+    memory: bool,
 }
 
 /// The total write rate offered in the sustained phase: above the 2,000/s target, so
@@ -100,6 +102,7 @@ impl Options {
             soak: None,
             housekeeping: None,
             unload: None,
+            memory: false,
         };
         let mut args = std::env::args().skip(1);
         let list = |s: String| -> Vec<String> { s.split(',').map(str::to_owned).collect() };
@@ -152,6 +155,7 @@ impl Options {
                 "--soak" => o.soak = Some(val()?.parse()?),
                 "--housekeeping" => o.housekeeping = Some(val()?.parse()?),
                 "--unload" => o.unload = Some(val()?.parse()?),
+                "--memory" => o.memory = true,
                 other => anyhow::bail!("unknown argument {other:?}"),
             }
         }
@@ -307,6 +311,9 @@ fn main() -> anyhow::Result<()> {
     if o.soak.is_some() || o.housekeeping.is_some() || o.unload.is_some() {
         return rt.block_on(hardening::run(&o));
     }
+    if o.memory {
+        return rt.block_on(memory_only(&o));
+    }
     rt.block_on(run_all(o))
 }
 
@@ -356,15 +363,7 @@ async fn run_all(o: Options) -> anyhow::Result<()> {
             }
         }
     }
-    let mut lists = Vec::new();
-    for &kind in &o.servers {
-        if kind.speaks_protocol() {
-            match list_memory(&o, kind, &seed).await {
-                Ok(m) => lists.push(m),
-                Err(e) => eprintln!("{}: memory per list failed: {e:#}", kind.name()),
-            }
-        }
-    }
+    let lists = lists_memory(&o, &seed).await;
     let mut machine = machine_before;
     machine.load_after = report::Machine::now().load_before;
     let results = Results {
@@ -812,6 +811,34 @@ async fn verify(
         eprintln!("   {lost} acknowledged writes missing on the server");
     }
     Ok(lost)
+}
+
+/// Phase (c) for every server that speaks the protocol.
+async fn lists_memory(o: &Options, seed: &Arc<Seed>) -> Vec<ListMemory> {
+    let mut lists = Vec::new();
+    for &kind in &o.servers {
+        if kind.speaks_protocol() {
+            match list_memory(o, kind, seed).await {
+                Ok(m) => lists.push(m),
+                Err(e) => eprintln!("{}: memory per list failed: {e:#}", kind.name()),
+            }
+        }
+    }
+    lists
+}
+
+/// `--memory`: phase (c) alone, side by side; its section of `BENCHMARKS.md` rewritten
+/// (the other sections stay as their run left them).
+async fn memory_only(o: &Options) -> anyhow::Result<()> {
+    let seed = Seed::load_or_build(o.history, &o.work)?;
+    let lists = lists_memory(o, &seed).await;
+    let section = report::memory_section(&lists, Some(&report::utc_now()));
+    println!("{section}");
+    if let Some(out) = &o.out {
+        report::rewrite_memory_section(out, &lists, &section)?;
+        eprintln!("rewrote the memory section in {out:?}");
+    }
+    Ok(())
 }
 
 /// Phase (c): memory per list — a fresh server given `MEMORY_LISTS` copies of the list.

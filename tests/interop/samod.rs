@@ -242,7 +242,7 @@ async fn samod_reads_what_rust_wrote_and_rust_reads_what_samod_wrote() {
     for (id, t) in &tasks {
         assert_eq!(
             t.get("position"),
-            Some(&lead.raw_task(id).unwrap().position),
+            Some(&lead.raw_task(id).unwrap().position.to_string()),
             "{id}'s position"
         );
     }

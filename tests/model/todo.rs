@@ -361,7 +361,7 @@ fn patch_moves_and_removes() {
     // Moving changes only the moved task's position.
     let before: Vec<String> = ["t2", "t4"]
         .iter()
-        .map(|id| l.raw_task(id).unwrap().position.clone())
+        .map(|id| l.raw_task(id).unwrap().position.to_string())
         .collect();
     let (res, merge) = l
         .write(

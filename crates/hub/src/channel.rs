@@ -43,7 +43,7 @@ pub(crate) enum ToHub {
     Loaded(DocumentId, Box<Result<Option<StoredList>, StoreError>>),
     /// A list's document rebuilt from its snapshot by the rebuilding thread (a
     /// compaction asked for it), for [`swarmtodo_core::hub::HubCore::rebuilt`].
-    Rebuilt(DocumentId, Box<automerge::Automerge>),
+    Rebuilt(DocumentId, Box<swarmtodo_core::model::Rebuilt>),
     /// A call of the JSON API, answered on `reply` (a write once it is durable).
     Call {
         /// Who calls.

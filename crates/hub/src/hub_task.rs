@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use automerge::{ActorId, Automerge};
+use automerge::ActorId;
+use swarmtodo_core::model::Rebuilt;
 
 use crate::channel::{Outbox, ToHub};
 use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPPED};
@@ -356,7 +357,7 @@ impl Io for Relay {
 
     /// The snapshot goes to the store; a rebuild goes to the rebuilding thread, whose
     /// document comes back to the hub task as [`ToHub::Rebuilt`].
-    async fn compact(&mut self, c: Compaction) -> Option<Automerge> {
+    async fn compact(&mut self, c: Compaction) -> Option<Rebuilt> {
         if c.rebuild {
             if let Some(r) = &self.rebuilder {
                 r.rebuild(c.doc, c.snapshot.clone());

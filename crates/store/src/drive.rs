@@ -14,10 +14,11 @@
 
 use std::collections::VecDeque;
 
-use automerge::{ActorId, Automerge};
+use automerge::ActorId;
 use swarmtodo_core::hub::{
     Answer, CallId, Close, Commit, Compaction, ConnId, Effects, HubCore, Input, Stored, StoredList,
 };
+use swarmtodo_core::model::Rebuilt;
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::ApiError;
 
@@ -42,7 +43,7 @@ pub trait Io {
     /// ([`Compaction::rebuild`], [`crate::persist::rebuild`]): `Some` with the document
     /// when rebuilt at once, `None` when the rebuild goes on elsewhere and the runtime
     /// hands its result to [`HubCore::rebuilt`] later.
-    async fn compact(&mut self, compaction: Compaction) -> Option<Automerge>;
+    async fn compact(&mut self, compaction: Compaction) -> Option<Rebuilt>;
 
     /// Loads list `doc` for the core, its document writing as `actor`: `Some` with the
     /// list (`None` inside: nothing stored) when done at once, `None` when the load

@@ -4,11 +4,11 @@
 
 use std::collections::BTreeSet;
 
-use automerge::{ActorId, Automerge};
+use automerge::ActorId;
 
 use crate::{Batch, ChangeRecord, Db, DocId, NewEvent, Store, StoreError};
 use swarmtodo_core::hub::{Commit, HubCore, Stored, StoredList};
-use swarmtodo_core::model::TodoList;
+use swarmtodo_core::model::{Rebuilt, TodoList};
 use swarmtodo_proto::wire::DocumentId;
 
 /// The store's id of a document.
@@ -236,13 +236,13 @@ pub async fn load(
     }))
 }
 
-/// List `doc`'s document rebuilt from `snapshot` for a `Compaction` that asks for it
-/// (`None` when the snapshot does not load: the list keeps its document, and the failure
-/// is logged). The load costs the document's size: a runtime runs this off the hub's
-/// task and hands the result to [`HubCore::rebuilt`].
-pub fn rebuild(doc: &DocumentId, snapshot: &[u8]) -> Option<Automerge> {
+/// List `doc`'s document rebuilt from `snapshot`, and indexed, for a `Compaction` that
+/// asks for it (`None` when the snapshot does not load: the list keeps its document, and
+/// the failure is logged). The load costs the document's size: a runtime runs this off
+/// the hub's task and hands the result to [`HubCore::rebuilt`].
+pub fn rebuild(doc: &DocumentId, snapshot: &[u8]) -> Option<Rebuilt> {
     let started = std::time::Instant::now();
-    match Automerge::load(snapshot) {
+    match Rebuilt::load(snapshot) {
         Ok(rebuilt) => {
             tracing::debug!(
                 %doc,

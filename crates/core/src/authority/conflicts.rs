@@ -31,7 +31,7 @@ impl Authority {
                 let (obj, key): (Option<ExId>, &str) = if f == TASK_ENTRY {
                     (index.tasks_obj.clone(), id.as_str())
                 } else {
-                    match (index.tasks.get(id), field_name(f)) {
+                    match (index.tasks.get(id.as_str()), field_name(f)) {
                         (Some(e), Some(name)) => (Some(e.obj.clone()), name),
                         _ => continue,
                     }

@@ -6,7 +6,9 @@ use super::findings::{digest_key, some_of, written, Finding};
 use super::policy::Action;
 use super::repair::Repair;
 use super::Authority;
-use crate::model::{clip, field, normalize_status, FieldValue, Merge, TodoList, TASK_ENTRY};
+use crate::model::{
+    clip, field, normalize_status, FieldValue, Merge, SmolStr, TodoList, TASK_ENTRY,
+};
 use crate::proto::{Rule, Status, TASK_ID_BYTES_MAX, VIOLATION_TASKS_MAX};
 
 impl Authority {
@@ -20,10 +22,10 @@ impl Authority {
         let index = list.index();
         let fixing = self.policy.dependencies == Action::Repair;
         // Touched tasks and every task that names one of them.
-        let mut subjects: BTreeSet<&String> = merge.tasks.keys().collect();
+        let mut subjects: BTreeSet<&str> = merge.tasks.keys().map(String::as_str).collect();
         for id in merge.tasks.keys() {
-            if let Some(ds) = index.dependents.get(id) {
-                subjects.extend(ds);
+            if let Some(ds) = index.dependents.get(id.as_str()) {
+                subjects.extend(ds.iter().map(SmolStr::as_str));
             }
         }
         for id in subjects {
@@ -31,9 +33,10 @@ impl Authority {
                 continue;
             };
             let raw = &entry.raw;
-            let missing: Vec<&String> = raw
+            let missing: Vec<&str> = raw
                 .blocked_by
                 .iter()
+                .map(SmolStr::as_str)
                 .filter(|d| !index.tasks.contains_key(*d) || *d == id)
                 .collect();
             if !missing.is_empty() {
@@ -49,8 +52,8 @@ impl Authority {
                 let kept: Vec<String> = raw
                     .blocked_by
                     .iter()
-                    .filter(|d| !missing.contains(d))
-                    .cloned()
+                    .filter(|d| !missing.contains(&d.as_str()))
+                    .map(SmolStr::to_string)
                     .collect();
                 if fixing && !self.reported.contains(&key) {
                     repair.set(id, field::BLOCKED_BY, FieldValue::List(kept));
@@ -63,7 +66,7 @@ impl Authority {
                         clip(id, TASK_ID_BYTES_MAX),
                         some_of(missing.iter().copied(), missing.len())
                     ),
-                    tasks: [id.clone()].into(),
+                    tasks: [id.to_owned()].into(),
                     values: deps_value.into_iter().collect(),
                     repair: fixing.then(|| {
                         format!(
@@ -77,7 +80,7 @@ impl Authority {
             }
             if normalize_status(raw.status.as_deref()) == Status::Completed {
                 for dep in &raw.blocked_by {
-                    let Some(d) = index.tasks.get(dep) else {
+                    let Some(d) = index.tasks.get(dep.as_str()) else {
                         continue;
                     };
                     if !normalize_status(d.raw.status.as_deref()).is_open() {
@@ -96,7 +99,7 @@ impl Authority {
                         message: format!(
                             "task {id:?} is completed while {dep:?}, which it depends on, is still open"
                         ),
-                        tasks: [id.clone(), dep.clone()].into(),
+                        tasks: [id.to_owned(), dep.to_string()].into(),
                         values: status.into_iter().chain(dep_status).collect(),
                         repair: None,
                         changes: Vec::new(),
@@ -146,14 +149,14 @@ impl Authority {
                     clip(&breaker, TASK_ID_BYTES_MAX)
                 )
             });
-            if let (true, Some(n), Some(b)) = (fixing, &next, index.tasks.get(&breaker)) {
+            if let (true, Some(n), Some(b)) = (fixing, &next, index.tasks.get(breaker.as_str())) {
                 if !self.reported.contains(&key) {
                     let kept = b
                         .raw
                         .blocked_by
                         .iter()
-                        .filter(|d| *d != n)
-                        .cloned()
+                        .filter(|d| d.as_str() != n.as_str())
+                        .map(SmolStr::to_string)
                         .collect();
                     repair.set(&breaker, field::BLOCKED_BY, FieldValue::List(kept));
                 }
@@ -197,8 +200,8 @@ pub(super) fn find_cycles(list: &TodoList, starts: &[&String]) -> (Vec<Vec<Strin
                 e.raw
                     .blocked_by
                     .iter()
-                    .filter(|d| d.as_str() != id && index.tasks.contains_key(*d))
-                    .map(String::as_str)
+                    .filter(|d| d.as_str() != id && index.tasks.contains_key(d.as_str()))
+                    .map(SmolStr::as_str)
                     .collect()
             })
             .unwrap_or_default()

@@ -38,11 +38,14 @@ pub(super) fn digest_key(kind: &str, names: &str) -> String {
 const KEY_DIGEST_BYTES: usize = 16;
 
 /// `items` for a message: the first [`VIOLATION_TASKS_MAX`], then how many more.
-pub(super) fn some_of<'a>(items: impl IntoIterator<Item = &'a String>, total: usize) -> String {
+pub(super) fn some_of<'a, S: AsRef<str> + ?Sized + 'a>(
+    items: impl IntoIterator<Item = &'a S>,
+    total: usize,
+) -> String {
     let shown: Vec<&str> = items
         .into_iter()
         .take(VIOLATION_TASKS_MAX)
-        .map(|s| clip(s, TASK_ID_BYTES_MAX))
+        .map(|s| clip(s.as_ref(), TASK_ID_BYTES_MAX))
         .collect();
     let more = total.saturating_sub(shown.len());
     let mut out = shown.join(", ");

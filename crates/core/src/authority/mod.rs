@@ -246,7 +246,7 @@ impl Authority {
                         after: Some(e.raw.clone()),
                         fields: all_fields.clone(),
                     };
-                    (id.clone(), delta)
+                    (id.to_string(), delta)
                 })
                 .collect(),
             rebuilt: false,

@@ -7,7 +7,7 @@ use super::findings::{digest_key, field_name, some_of, written, Finding};
 use super::policy::{Action, Role};
 use super::repair::{restore_before, Repair};
 use super::Authority;
-use crate::model::{clip, field, Merge, TodoList};
+use crate::model::{clip, field, Merge, SmolStr, TodoList};
 use crate::proto::{Rule, AGENT_ID_BYTES_MAX, TASK_ID_BYTES_MAX};
 
 impl Authority {
@@ -36,7 +36,7 @@ impl Authority {
                 let after_owner = delta
                     .and_then(|d| d.after.as_ref())
                     .and_then(|r| r.owner.clone());
-                let mine = |o: &Option<String>| o.is_none() || o.as_deref() == agent.as_deref();
+                let mine = |o: &Option<SmolStr>| o.is_none() || o.as_deref() == agent.as_deref();
                 let allowed = role == Role::Worker
                     && mine(&before_owner)
                     && (!fields.contains(field::OWNER) || mine(&after_owner));

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::findings::{field_name, TASK_ENTRY_STATIC};
-use crate::model::{field, FieldValue, RawTask, RootValue, TodoList, Writes};
+use crate::model::{field, FieldValue, RawTask, RootValue, SmolStr, TodoList, Writes};
 
 /// Field writes chosen by the authority, keyed so that two rules never write one field
 /// twice and the order is deterministic.
@@ -76,13 +76,15 @@ pub(super) fn restore_before(
         (Some(b), Some(_)) => {
             for f in fields {
                 let value = match f.as_str() {
-                    field::CONTENT => FieldValue::Str(b.content.clone()),
-                    field::ACTIVE_FORM => FieldValue::Str(b.active_form.clone()),
-                    field::STATUS => FieldValue::Str(b.status.clone()),
-                    field::PRIORITY => FieldValue::Str(b.priority.clone()),
-                    field::OWNER => FieldValue::Str(b.owner.clone()),
-                    field::POSITION => FieldValue::Str(Some(b.position.clone())),
-                    field::BLOCKED_BY => FieldValue::List(b.blocked_by.clone()),
+                    field::CONTENT => FieldValue::Str(owned(&b.content)),
+                    field::ACTIVE_FORM => FieldValue::Str(owned(&b.active_form)),
+                    field::STATUS => FieldValue::Str(owned(&b.status)),
+                    field::PRIORITY => FieldValue::Str(owned(&b.priority)),
+                    field::OWNER => FieldValue::Str(owned(&b.owner)),
+                    field::POSITION => FieldValue::Str(Some(b.position.to_string())),
+                    field::BLOCKED_BY => {
+                        FieldValue::List(b.blocked_by.iter().map(SmolStr::to_string).collect())
+                    }
                     _ => continue,
                 };
                 if let Some(name) = field_name(f) {
@@ -92,4 +94,9 @@ pub(super) fn restore_before(
         }
         (None, None) => {}
     }
+}
+
+/// A stored string as a repair writes it.
+fn owned(s: &Option<SmolStr>) -> Option<String> {
+    s.as_deref().map(str::to_owned)
 }

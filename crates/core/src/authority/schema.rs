@@ -9,7 +9,7 @@ use super::repair::Repair;
 use super::Authority;
 use crate::model::{
     clip, clip_written, field, normalize_priority, normalize_status, status_alias, FieldValue,
-    Merge, OpKey, TaskDelta, TodoList, TASK_ENTRY,
+    Merge, OpKey, SmolStr, TaskDelta, TodoList, TASK_ENTRY,
 };
 use crate::proto::{
     Priority, Rule, Status, WrittenValue, AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, LIST_TASKS_MAX,
@@ -40,7 +40,7 @@ impl Authority {
                     None if f == TASK_ENTRY => list
                         .index()
                         .tasks
-                        .get(id)
+                        .get(id.as_str())
                         .and_then(|e| OpKey::of(&e.obj))
                         .map(|k| k.render())
                         .unwrap_or_default(),
@@ -164,7 +164,7 @@ impl Authority {
                     .blocked_by
                     .iter()
                     .take(BLOCKED_BY_COUNT_MAX)
-                    .cloned()
+                    .map(SmolStr::to_string)
                     .collect();
                 bad(
                     field::BLOCKED_BY,
@@ -257,7 +257,7 @@ impl Authority {
         if !made || index.tasks.len() <= LIST_TASKS_MAX {
             return;
         }
-        let mut by_age: Vec<(OpKey, &String)> = index
+        let mut by_age: Vec<(OpKey, &SmolStr)> = index
             .tasks
             .iter()
             .filter_map(|(id, e)| Some((OpKey::of(&e.obj)?, id)))
@@ -282,7 +282,7 @@ impl Authority {
                 "the list holds {} tasks, more than the {LIST_TASKS_MAX} allowed",
                 index.tasks.len()
             ),
-            tasks: over.iter().map(|(_, id)| (*id).clone()).collect(),
+            tasks: over.iter().map(|(_, id)| id.to_string()).collect(),
             values: Vec::new(),
             repair: fixing.then(|| {
                 format!(

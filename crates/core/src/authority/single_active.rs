@@ -6,7 +6,7 @@ use super::findings::{digest_key, some_of, written_with_key, Finding};
 use super::policy::{Action, ActiveScope};
 use super::repair::Repair;
 use super::Authority;
-use crate::model::{clip, field, FieldValue, Merge, OpKey, TodoList};
+use crate::model::{clip, field, FieldValue, Merge, OpKey, SmolStr, TodoList};
 use crate::proto::{Rule, Status, WrittenValue, AGENT_ID_BYTES_MAX, TASK_ID_BYTES_MAX};
 
 impl Authority {
@@ -19,7 +19,7 @@ impl Authority {
     ) {
         let index = list.index();
         // Buckets the merge could have overfilled: owners of touched in-progress tasks.
-        let mut buckets: BTreeSet<Option<String>> = BTreeSet::new();
+        let mut buckets: BTreeSet<Option<SmolStr>> = BTreeSet::new();
         for delta in merge.tasks.values() {
             if let Some(raw) = &delta.after {
                 if raw.status.as_deref() == Some(Status::InProgress.as_str()) {
@@ -31,14 +31,24 @@ impl Authority {
             ActiveScope::PerOwner => buckets
                 .into_iter()
                 .filter_map(|b| {
-                    let set = index.active.get(&b)?.clone();
-                    Some((b.unwrap_or_else(|| "(no owner)".to_owned()), set))
+                    let set = index
+                        .active
+                        .get(&b)?
+                        .iter()
+                        .map(SmolStr::to_string)
+                        .collect();
+                    Some((b.map_or_else(|| "(no owner)".to_owned(), String::from), set))
                 })
                 .collect(),
             ActiveScope::PerList if !buckets.is_empty() => {
                 vec![(
                     "(list)".to_owned(),
-                    index.active.values().flatten().cloned().collect(),
+                    index
+                        .active
+                        .values()
+                        .flatten()
+                        .map(SmolStr::to_string)
+                        .collect(),
                 )]
             }
             ActiveScope::PerList => Vec::new(),

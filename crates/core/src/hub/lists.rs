@@ -6,7 +6,7 @@ use super::events::change_count;
 use super::limits::{LIST_SUMMARY_INTERVAL_MS, REBUILD_CATCH_UP_MAX};
 use super::merge::summary_of;
 use super::{Close, Commit, ConnId, DocState, Effects, HubCore, StoredList};
-use crate::model::TodoList;
+use crate::model::{Rebuilt, TodoList};
 use crate::proto::wire::DocumentId;
 
 impl HubCore {
@@ -52,7 +52,7 @@ impl HubCore {
     /// a document that is not a save of the list, or that lacks more than
     /// [`REBUILD_CATCH_UP_MAX`] of its changes, is dropped and logged, and the list's next
     /// compaction asks for another.
-    pub fn rebuilt(&mut self, id: DocumentId, rebuilt: Automerge) {
+    pub fn rebuilt(&mut self, id: DocumentId, rebuilt: Rebuilt) {
         let Some(doc) = self.docs.get_mut(&id) else {
             return;
         };

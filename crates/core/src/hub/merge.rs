@@ -374,9 +374,9 @@ fn unblocked<'a>(list: &TodoList, merges: impl Iterator<Item = &'a Merge>) -> Ve
                 continue;
             }
             for d in list.dependents_of(id) {
-                if list.is_ready(d) && seen.insert(d.clone()) {
+                if list.is_ready(d) && seen.insert(d.to_owned()) {
                     events.push(EventBody::Unblocked {
-                        task: d.clone(),
+                        task: d.to_owned(),
                         by: id.clone(),
                     });
                 }

@@ -166,7 +166,7 @@ impl HubCore {
                 continue;
             };
             if std::mem::take(&mut doc.presence.owners_unchecked) {
-                let owners: Vec<String> = doc.list.active_owners().cloned().collect();
+                let owners: Vec<String> = doc.list.active_owners().map(str::to_owned).collect();
                 for owner in owners {
                     doc.presence.agents.entry(owner).or_insert(Seen {
                         conns: 0,
@@ -272,7 +272,7 @@ impl HubCore {
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return;
         };
-        let tasks: Vec<String> = doc.list.in_progress_of(agent).cloned().collect();
+        let tasks: Vec<String> = doc.list.in_progress_of(agent).map(str::to_owned).collect();
         if tasks.is_empty() {
             return;
         }

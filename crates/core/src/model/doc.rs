@@ -13,6 +13,8 @@
 
 use std::collections::BTreeMap;
 
+pub use smol_str::SmolStr;
+
 use automerge::{
     ActorId, ChangeHash, ObjId as ExId, ObjType, ReadDoc, ScalarValue, ScalarValueRef, Value,
     ValueRef,
@@ -85,22 +87,26 @@ impl OpKey {
 }
 
 /// A task as stored, before any validation: a JS peer (or a bug) can write anything.
+/// Its strings are [`SmolStr`]s: up to 23 bytes inline (ids, statuses, priorities,
+/// owners, positions), so the index of a list holds a task in one or two allocations
+/// instead of seven — each a small piece that glibc scatters over the heap's free holes
+/// and that keeps a page resident (see `crates/core/src/model/index.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RawTask {
     /// `content`, if it is a string.
-    pub content: Option<String>,
+    pub content: Option<SmolStr>,
     /// `active_form`, if present and a string.
-    pub active_form: Option<String>,
+    pub active_form: Option<SmolStr>,
     /// `status` as written.
-    pub status: Option<String>,
+    pub status: Option<SmolStr>,
     /// `priority` as written.
-    pub priority: Option<String>,
+    pub priority: Option<SmolStr>,
     /// `owner`, if present and a string.
-    pub owner: Option<String>,
+    pub owner: Option<SmolStr>,
     /// `blocked_by` entries that are strings.
-    pub blocked_by: Vec<String>,
+    pub blocked_by: Vec<SmolStr>,
     /// The fractional position key.
-    pub position: String,
+    pub position: SmolStr,
     /// Fields stored in a shape the model does not read: a `blocked_by` that is a
     /// string (read as a list of that one id) or holds entries that are not strings, a
     /// text field that is a number, a list or a map (read as absent). The authority
@@ -224,16 +230,19 @@ impl<'a, R: ReadDoc> View<'a, R> {
 /// Reads a list of strings (scalar or Text entries); other entries are skipped.
 pub(crate) fn read_string_list<R: ReadDoc>(doc: &R, list: &ExId) -> Vec<String> {
     string_list_in(View::now(doc), list)
+        .into_iter()
+        .map(String::from)
+        .collect()
 }
 
-fn string_list_in<R: ReadDoc>(view: View<'_, R>, list: &ExId) -> Vec<String> {
+fn string_list_in<R: ReadDoc>(view: View<'_, R>, list: &ExId) -> Vec<SmolStr> {
     let mut out = Vec::new();
     for item in view.list_range(list) {
         match &item.value {
-            ValueRef::Scalar(ScalarValueRef::Str(s)) => out.push(s.to_string()),
+            ValueRef::Scalar(ScalarValueRef::Str(s)) => out.push(SmolStr::new(s)),
             ValueRef::Object(ObjType::Text) => {
                 if let Some(t) = view.text(&item.id()) {
-                    out.push(t);
+                    out.push(t.into());
                 }
             }
             ValueRef::Scalar(_) | ValueRef::Object(_) => {}
@@ -314,8 +323,8 @@ fn task_in<R: ReadDoc>(view: View<'_, R>, obj: &ExId) -> RawTask {
     let mut raw = RawTask::default();
     for item in view.map_range(obj) {
         let text = match &item.value {
-            ValueRef::Scalar(ScalarValueRef::Str(s)) => Some(s.to_string()),
-            ValueRef::Object(ObjType::Text) => view.text(&item.id()),
+            ValueRef::Scalar(ScalarValueRef::Str(s)) => Some(SmolStr::new(s)),
+            ValueRef::Object(ObjType::Text) => view.text(&item.id()).map(SmolStr::from),
             ValueRef::Object(ObjType::List) if item.key == field::BLOCKED_BY => {
                 raw.blocked_by = string_list_in(view, &item.id());
                 if view.list_range(&item.id()).count() != raw.blocked_by.len() {

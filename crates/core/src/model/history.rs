@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use automerge::{legacy, Automerge, ChangeHash, ObjType, ReadDoc};
 
-use super::doc::{self, field, OpKey, RawTask, TASK_ENTRY};
+use super::doc::{self, field, OpKey, RawTask, SmolStr, TASK_ENTRY};
 use super::{clip, ErrorCode, TodoList};
 use crate::proto::{
     ApiError, FieldChange, HistoryEntry, TaskHistory, EVENT_VALUE_BYTES_MAX, HISTORY_ENTRIES_MAX,
@@ -171,7 +171,7 @@ fn value(task: Option<&RawTask>, f: &str) -> serde_json::Value {
     let Some(t) = task else {
         return serde_json::Value::Null;
     };
-    let text = |s: &Option<String>| match s {
+    let text = |s: &Option<SmolStr>| match s {
         Some(s) => serde_json::Value::String(clip(s, EVENT_VALUE_BYTES_MAX).to_owned()),
         None => serde_json::Value::Null,
     };
@@ -181,7 +181,7 @@ fn value(task: Option<&RawTask>, f: &str) -> serde_json::Value {
         field::STATUS => text(&t.status),
         field::PRIORITY => text(&t.priority),
         field::OWNER => text(&t.owner),
-        field::POSITION => serde_json::Value::String(t.position.clone()),
+        field::POSITION => serde_json::Value::String(t.position.to_string()),
         field::BLOCKED_BY => serde_json::json!(t.blocked_by),
         _ => serde_json::Value::Null,
     }

@@ -7,11 +7,11 @@
 //! list's tasks are made of), and re-reads only those tasks. Reads, order and the
 //! authority's lookups (in-progress tasks per owner, reverse dependencies) come from here.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use automerge::{legacy, ActorId, Automerge, Change, ObjId as ExId, ObjType, ReadDoc, Value};
 
-use super::doc::{self, field, OpKey, RawTask, TASK_ENTRY};
+use super::doc::{self, field, OpKey, RawTask, SmolStr, TASK_ENTRY};
 use super::Status;
 
 /// What an object of the document is, as far as the list is concerned.
@@ -22,9 +22,9 @@ enum Role {
     /// The root `agents` map.
     Agents,
     /// The map of one task (the entry may have lost a conflict: it is still the task).
-    Task(String),
+    Task(SmolStr),
     /// An object (Text, List) holding one field of a task.
-    Field(String, String),
+    Field(SmolStr, SmolStr),
 }
 
 /// One task entry of the index.
@@ -98,14 +98,16 @@ impl Merge {
 pub(crate) struct Index {
     pub(crate) tasks_obj: Option<ExId>,
     pub(crate) agents_obj: Option<ExId>,
-    pub(crate) tasks: BTreeMap<String, Entry>,
+    pub(crate) tasks: BTreeMap<SmolStr, Entry>,
     /// `(position, id)`: the list order, ties broken by id.
-    pub(crate) order: BTreeSet<(String, String)>,
-    objects: HashMap<OpKey, Role>,
+    pub(crate) order: BTreeSet<(SmolStr, SmolStr)>,
+    /// A tree, not a hash map: built in one piece its nodes are full, where a hash
+    /// map of 2,000 objects (a 1,000-task list) holds 4,096 slots.
+    objects: BTreeMap<OpKey, Role>,
     /// Tasks whose stored status is `in_progress`, by owner (`None`: unowned).
-    pub(crate) active: BTreeMap<Option<String>, BTreeSet<String>>,
+    pub(crate) active: BTreeMap<Option<SmolStr>, BTreeSet<SmolStr>>,
     /// Reverse dependencies: task id → tasks whose `blocked_by` names it.
-    pub(crate) dependents: BTreeMap<String, BTreeSet<String>>,
+    pub(crate) dependents: BTreeMap<SmolStr, BTreeSet<SmolStr>>,
     /// Tasks by status as read (`Status` order: pending, in progress, completed,
     /// cancelled, blocked).
     pub(crate) counts: [u64; 5],
@@ -130,50 +132,38 @@ impl Index {
             agents_obj: doc::root_map(doc, doc::AGENTS),
             ..Index::default()
         };
-        if let Some(agents) = &index.agents_obj {
-            if let Some(k) = OpKey::of(agents) {
-                index.objects.insert(k, Role::Agents);
-            }
+        let mut objects = Vec::new();
+        if let Some(k) = index.agents_obj.as_ref().and_then(OpKey::of) {
+            objects.push((k, Role::Agents));
         }
         let Some(tasks) = index.tasks_obj.clone() else {
+            index.objects = objects.into_iter().collect();
             return index;
         };
         if let Some(k) = OpKey::of(&tasks) {
-            index.objects.insert(k, Role::Tasks);
+            objects.push((k, Role::Tasks));
         }
         let ids: Vec<String> = doc.keys(&tasks).collect();
+        let mut entries = Vec::with_capacity(ids.len());
         for id in ids {
-            index.register_task_objects(doc, &tasks, &id);
-            index.refresh(doc, &id);
+            task_objects(doc, &tasks, &id, &mut objects);
+            if let Some(obj) = doc::task_obj(doc, &tasks, &id) {
+                let raw = doc::read_task(doc, &obj);
+                entries.push((SmolStr::from(id), Entry { obj, raw }));
+            }
         }
+        // Built in one piece from sorted entries, the trees' nodes are full; inserted
+        // one by one in order, each node keeps about half of its room empty.
+        index.order = entries
+            .iter()
+            .map(|(id, e)| (e.raw.position.clone(), id.clone()))
+            .collect();
+        for (id, e) in &entries {
+            index.derive(id, &e.raw);
+        }
+        index.tasks = entries.into_iter().collect();
+        index.objects = objects.into_iter().collect();
         index
-    }
-
-    /// Records every map stored under `tasks[id]` (conflicting ones too) and the field
-    /// objects inside them.
-    fn register_task_objects(&mut self, doc: &Automerge, tasks: &ExId, id: &str) {
-        let Ok(values) = doc.get_all(tasks, id) else {
-            return;
-        };
-        for (value, obj) in values {
-            if !matches!(value, Value::Object(ObjType::Map)) {
-                continue;
-            }
-            if let Some(k) = OpKey::of(&obj) {
-                self.objects.insert(k, Role::Task(id.to_owned()));
-            }
-            for f in field::ALL {
-                let Ok(inner) = doc.get_all(&obj, f) else {
-                    continue;
-                };
-                for (v, fobj) in inner {
-                    if let (Value::Object(_), Some(k)) = (v, OpKey::of(&fobj)) {
-                        self.objects
-                            .insert(k, Role::Field(id.to_owned(), f.to_owned()));
-                    }
-                }
-            }
-        }
     }
 
     /// Re-reads task `id` from the document and updates the derived maps.
@@ -198,7 +188,7 @@ impl Index {
         let entry = self.tasks.remove(id)?;
         self.counts[count_slot(entry.raw.status.as_deref())] -= 1;
         self.order
-            .remove(&(entry.raw.position.clone(), id.to_owned()));
+            .remove(&(entry.raw.position.clone(), SmolStr::from(id)));
         if entry.raw.status.as_deref() == Some("in_progress") {
             if let Some(set) = self.active.get_mut(&entry.raw.owner) {
                 set.remove(id);
@@ -219,22 +209,28 @@ impl Index {
     }
 
     fn insert(&mut self, id: &str, entry: Entry) {
-        self.counts[count_slot(entry.raw.status.as_deref())] += 1;
         self.order
-            .insert((entry.raw.position.clone(), id.to_owned()));
-        if entry.raw.status.as_deref() == Some("in_progress") {
+            .insert((entry.raw.position.clone(), SmolStr::from(id)));
+        self.derive(id, &entry.raw);
+        self.tasks.insert(id.into(), entry);
+    }
+
+    /// Counts task `id` and records it in the maps derived from its fields (its status,
+    /// owner and dependencies).
+    fn derive(&mut self, id: &str, raw: &RawTask) {
+        self.counts[count_slot(raw.status.as_deref())] += 1;
+        if raw.status.as_deref() == Some("in_progress") {
             self.active
-                .entry(entry.raw.owner.clone())
+                .entry(raw.owner.clone())
                 .or_default()
-                .insert(id.to_owned());
+                .insert(id.into());
         }
-        for dep in &entry.raw.blocked_by {
+        for dep in &raw.blocked_by {
             self.dependents
                 .entry(dep.clone())
                 .or_default()
-                .insert(id.to_owned());
+                .insert(id.into());
         }
-        self.tasks.insert(id.to_owned(), entry);
     }
 
     /// Folds freshly applied changes into the index and says what they touched.
@@ -261,10 +257,10 @@ impl Index {
                     }
                     let role = match (self.parent_role(&op.obj), &op.key) {
                         (Some(Role::Tasks), legacy::Key::Map(k)) if obj_type == ObjType::Map => {
-                            Some(Role::Task(k.to_string()))
+                            Some(Role::Task(k.as_str().into()))
                         }
                         (Some(Role::Task(t)), legacy::Key::Map(k)) => {
-                            Some(Role::Field(t.clone(), k.to_string()))
+                            Some(Role::Field(t.clone(), k.as_str().into()))
                         }
                         (Some(Role::Field(t, f)), _) => Some(Role::Field(t.clone(), f.clone())),
                         _ => None,
@@ -303,8 +299,10 @@ impl Index {
                     (Some(Role::Tasks), legacy::Key::Map(k)) => {
                         Some((k.to_string(), TASK_ENTRY.to_owned()))
                     }
-                    (Some(Role::Task(t)), legacy::Key::Map(k)) => Some((t.clone(), k.to_string())),
-                    (Some(Role::Field(t, f)), _) => Some((t.clone(), f.clone())),
+                    (Some(Role::Task(t)), legacy::Key::Map(k)) => {
+                        Some((t.to_string(), k.to_string()))
+                    }
+                    (Some(Role::Field(t, f)), _) => Some((t.to_string(), f.to_string())),
                     _ => None,
                 };
                 if let Some((task, f)) = hit {
@@ -328,7 +326,7 @@ impl Index {
         if rebuild {
             let before = std::mem::take(&mut self.tasks);
             *self = Index::build(doc);
-            let ids: BTreeSet<String> = before.keys().chain(self.tasks.keys()).cloned().collect();
+            let ids: BTreeSet<SmolStr> = before.keys().chain(self.tasks.keys()).cloned().collect();
             let tasks = ids
                 .into_iter()
                 .map(|id| {
@@ -337,7 +335,7 @@ impl Index {
                         after: self.tasks.get(&id).map(|e| e.raw.clone()),
                         fields: field::ALL.iter().map(|f| (*f).to_owned()).collect(),
                     };
-                    (id, delta)
+                    (id.to_string(), delta)
                 })
                 .collect();
             return Merge {
@@ -354,7 +352,7 @@ impl Index {
         // depends on, so it is known by then): no task is read back to find them.
         for (id, fields) in touched_all {
             let before = self.refresh(doc, &id);
-            let after = self.tasks.get(&id).map(|e| e.raw.clone());
+            let after = self.tasks.get(id.as_str()).map(|e| e.raw.clone());
             tasks.insert(
                 id,
                 TaskDelta {
@@ -379,6 +377,32 @@ impl Index {
                 counter: op.counter(),
                 actor: op.actor().clone(),
             }),
+        }
+    }
+}
+
+/// Records every map stored under `tasks[id]` (conflicting ones too) and the field
+/// objects inside them.
+fn task_objects(doc: &Automerge, tasks: &ExId, id: &str, out: &mut Vec<(OpKey, Role)>) {
+    let Ok(values) = doc.get_all(tasks, id) else {
+        return;
+    };
+    for (value, obj) in values {
+        if !matches!(value, Value::Object(ObjType::Map)) {
+            continue;
+        }
+        if let Some(k) = OpKey::of(&obj) {
+            out.push((k, Role::Task(id.into())));
+        }
+        for f in field::ALL {
+            let Ok(inner) = doc.get_all(&obj, f) else {
+                continue;
+            };
+            for (v, fobj) in inner {
+                if let (Value::Object(_), Some(k)) = (v, OpKey::of(&fobj)) {
+                    out.push((k, Role::Field(id.into(), SmolStr::new_static(f))));
+                }
+            }
         }
     }
 }

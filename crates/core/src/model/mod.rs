@@ -55,7 +55,7 @@ use automerge::{
 };
 
 pub use self::apply::{chunk_changes, storage_chunk_len};
-pub use self::doc::{field, RawTask};
+pub use self::doc::{field, RawTask, SmolStr};
 pub use self::history::task_history;
 pub use self::index::{ChangeInfo, Merge, TaskDelta};
 pub use self::normalize::{
@@ -105,6 +105,30 @@ pub struct TodoList {
     window: sync::SyncWindow,
     /// Sync steps answered from `window` and by the stock functions.
     sync_counters: sync::Counters,
+}
+
+/// A list's document loaded from a save of it, with its index: built off the hub's
+/// task, then taken in place of the list's own ([`TodoList::adopt_rebuilt`]).
+#[derive(Debug)]
+pub struct Rebuilt {
+    doc: Automerge,
+    index: Index,
+}
+
+impl Rebuilt {
+    /// Loads a save of a list and indexes it (the cost of a load: a runtime does it off
+    /// the hub's task).
+    pub fn load(bytes: &[u8]) -> Result<Rebuilt, ModelError> {
+        Ok(Automerge::load(bytes)?.into())
+    }
+}
+
+impl From<Automerge> for Rebuilt {
+    /// Indexes a document loaded from a save of a list.
+    fn from(doc: Automerge) -> Rebuilt {
+        let index = Index::build(&doc);
+        Rebuilt { doc, index }
+    }
 }
 
 impl TodoList {
@@ -158,8 +182,13 @@ impl TodoList {
     }
 
     /// The tasks whose `blocked_by` names `id`.
-    pub fn dependents_of(&self, id: &str) -> impl Iterator<Item = &String> + '_ {
-        self.index.dependents.get(id).into_iter().flatten()
+    pub fn dependents_of(&self, id: &str) -> impl Iterator<Item = &str> + '_ {
+        self.index
+            .dependents
+            .get(id)
+            .into_iter()
+            .flatten()
+            .map(SmolStr::as_str)
     }
 
     /// Makes further changes as `actor` (the hub writes a caller's `todo_write` under
@@ -182,9 +211,7 @@ impl TodoList {
     /// once, on this thread (the hub rebuilds off its task: [`TodoList::adopt_rebuilt`]).
     pub fn save_and_compact(&mut self) -> Vec<u8> {
         let bytes = self.doc.save();
-        let adopted = Automerge::load(&bytes)
-            .map_err(ModelError::from)
-            .and_then(|doc| self.adopt_rebuilt(doc, 0));
+        let adopted = Rebuilt::load(&bytes).and_then(|r| self.adopt_rebuilt(r, 0));
         // A document always loads from its own save; if it ever did not, the one in
         // memory stays, uncompacted.
         if let Err(e) = adopted {
@@ -193,22 +220,29 @@ impl TodoList {
         bytes
     }
 
-    /// Takes `rebuilt` — this list's document loaded from a save of it, made elsewhere
-    /// (a runtime loads the hub's snapshot off the hub's task) — in place of the one in
-    /// memory. Automerge's op columns grow as changes land one batch at a time and keep
-    /// their spare room; a document loaded from its own save holds the same content in
-    /// about two thirds of the memory (a 1,000-task list with 10,000 changes: 3.3 → 2.2
-    /// MiB; `examples/list_memory.rs`). The changes this list took since the save are
-    /// applied to `rebuilt` first (the walk goes back only to the save's heads), so the
-    /// content, the heads, the index and the sync window stay what they are. Returns how
-    /// many changes it took. Refused, with the document in memory kept, when `rebuilt`
-    /// holds a change this list does not (it is not a save of this list), lacks more than
-    /// `catch_up_max` of the list's changes, or does not end at this list's heads.
+    /// Takes `rebuilt` — this list's document loaded from a save of it, and its index,
+    /// made elsewhere (a runtime loads the hub's snapshot off the hub's task) — in place
+    /// of the ones in memory. Automerge's op columns grow as changes land one batch at a
+    /// time and keep their spare room; a document loaded from its own save holds the
+    /// same content in about two thirds of the memory (a 1,000-task list with 10,000
+    /// changes: 3.3 → 2.2 MiB; `examples/list_memory.rs`). The index is new too: built in
+    /// one piece, in few allocations made at one time, where the one kept up change by
+    /// change is scattered over the heap that the list's first sync left full of holes
+    /// (`Index::build`). The changes this list took since the save are applied to
+    /// `rebuilt` first (the walk goes back only to the save's heads), so the content,
+    /// the heads and the sync window stay what they are. Returns how many changes it
+    /// took. Refused, with the list in memory kept, when `rebuilt` holds a change this
+    /// list does not (it is not a save of this list), lacks more than `catch_up_max` of
+    /// the list's changes, or does not end at this list's heads.
     pub fn adopt_rebuilt(
         &mut self,
-        mut rebuilt: Automerge,
+        rebuilt: impl Into<Rebuilt>,
         catch_up_max: usize,
     ) -> Result<usize, ModelError> {
+        let Rebuilt {
+            doc: mut rebuilt,
+            mut index,
+        } = rebuilt.into();
         let theirs = rebuilt.get_heads();
         if let Some(h) = theirs
             .iter()
@@ -241,15 +275,26 @@ impl TodoList {
                 return Err(too_many());
             }
             caught_up = since.len();
-            rebuilt.apply_changes(since)?;
+            rebuilt.apply_changes(since.iter().cloned())?;
             if rebuilt.get_heads() != mine {
                 return Err(ModelError::Rebuilt(
                     "does not end at the list's heads with the changes since".to_owned(),
                 ));
             }
+            index.absorb(&rebuilt, &since);
         }
         self.doc = rebuilt.with_actor(self.doc.get_actor().clone());
+        self.index = index;
         Ok(caught_up)
+    }
+
+    /// Drops the sync window's changes (≈0.5 KiB each, up to
+    /// [`SYNC_WINDOW_CHANGES`](crate::limits::SYNC_WINDOW_CHANGES)), as if each had aged
+    /// out: a hub does it to a list nobody wrote to for a while. Peers in step are served
+    /// as before; one still behind is synced by the stock path. Returns how many it
+    /// dropped.
+    pub fn forget_window(&mut self) -> usize {
+        self.window.forget()
     }
 
     /// The current heads (the sync window's when it is in step: automerge collects and
@@ -283,17 +328,18 @@ impl TodoList {
     }
 
     /// Agents that own a task whose stored status is `in_progress`.
-    pub fn active_owners(&self) -> impl Iterator<Item = &String> + '_ {
-        self.index.active.keys().flatten()
+    pub fn active_owners(&self) -> impl Iterator<Item = &str> + '_ {
+        self.index.active.keys().flatten().map(SmolStr::as_str)
     }
 
     /// The tasks `owner` holds with stored status `in_progress`, by id.
-    pub fn in_progress_of(&self, owner: &str) -> impl Iterator<Item = &String> + '_ {
+    pub fn in_progress_of(&self, owner: &str) -> impl Iterator<Item = &str> + '_ {
         self.index
             .active
-            .get(&Some(owner.to_owned()))
+            .get(&Some(SmolStr::from(owner)))
             .into_iter()
             .flatten()
+            .map(SmolStr::as_str)
     }
 
     /// Its tasks by status, as read (kept by the index: no pass over the tasks).

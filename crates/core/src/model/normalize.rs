@@ -1,7 +1,7 @@
 //! How a stored task reads: statuses and priorities as a snapshot shows them, the typed
 //! task a stored one reads as, and values clipped to the model's limits.
 
-use super::{field, RawTask};
+use super::{field, RawTask, SmolStr};
 use crate::proto::{
     Priority, Status, Task, AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX, EVENT_VALUE_BYTES_MAX,
     TASK_ID_BYTES_MAX, TASK_TEXT_BYTES_MAX,
@@ -53,7 +53,7 @@ pub fn normalize_priority(raw: Option<&str>) -> Priority {
 /// to [`TASK_TEXT_BYTES_MAX`], owners to [`AGENT_ID_BYTES_MAX`], dependencies to
 /// [`BLOCKED_BY_COUNT_MAX`], so that a task always reads and renders at a bounded size.
 pub fn normalize(id: &str, raw: &RawTask) -> Task {
-    let text = |s: &Option<String>| {
+    let text = |s: &Option<SmolStr>| {
         s.as_deref()
             .map(|s| clip(s, TASK_TEXT_BYTES_MAX).to_owned())
     };

@@ -27,11 +27,11 @@ impl TodoList {
     }
 
     /// The ready tasks ([`TodoList::is_ready`]), in list order.
-    pub fn ready_tasks(&self) -> impl Iterator<Item = &String> + '_ {
+    pub fn ready_tasks(&self) -> impl Iterator<Item = &str> + '_ {
         self.index
             .order
             .iter()
-            .map(|(_, id)| id)
+            .map(|(_, id)| id.as_str())
             .filter(|id| self.is_ready(id))
     }
 

@@ -96,7 +96,7 @@ impl TodoList {
             if fresh_tasks { &[] } else { &writes.sets };
         let objs: Vec<Option<automerge::ObjId>> = sets
             .iter()
-            .map(|(id, _, _)| self.index.tasks.get(id).map(|e| e.obj.clone()))
+            .map(|(id, _, _)| self.index.tasks.get(id.as_str()).map(|e| e.obj.clone()))
             .collect();
         for ((id, f, value), obj) in sets.iter().zip(objs) {
             let Some(tasks_obj) = &tasks_obj else { break };

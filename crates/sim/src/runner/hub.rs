@@ -152,7 +152,7 @@ impl Io for Sim<'_> {
     }
 
     /// Stored, and rebuilt at once (the simulation is one thread).
-    async fn compact(&mut self, c: Compaction) -> Option<automerge::Automerge> {
+    async fn compact(&mut self, c: Compaction) -> Option<swarmtodo_core::model::Rebuilt> {
         self.stats.compactions += 1;
         if let Err(e) = self
             .db

@@ -303,6 +303,21 @@ impl SyncWindow {
         }
     }
 
+    /// Drops every entry as if each had aged out ([`SyncWindow::evict_first`]):
+    /// positions go on from where they were, so what peers were sent still adds up, and
+    /// the window starts at the heads it ended at. Returns how many it dropped.
+    pub(crate) fn forget(&mut self) -> usize {
+        let dropped = self.entries.len();
+        while !self.entries.is_empty() {
+            self.evict_first();
+        }
+        self.entries = VecDeque::new();
+        self.by_hash = HashMap::default();
+        self.by_heads.shrink_to_fit();
+        self.keep_from = u64::MAX;
+        dropped
+    }
+
     /// Changes in the window.
     pub(crate) fn len(&self) -> usize {
         self.entries.len()

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use super::err;
 use super::Plan;
 use crate::model::index::Index;
+use crate::model::SmolStr;
 use crate::proto::{
     ApiError, ErrorCode, Status, TaskPatch, AGENT_ID_BYTES_MAX, BLOCKED_BY_COUNT_MAX,
     LIST_TASKS_MAX, TASK_ID_BYTES_MAX, TASK_TEXT_BYTES_MAX,
@@ -131,7 +132,7 @@ pub(super) fn validate(index: &Index, plan: &Plan) -> Result<(), ApiError> {
     let created = plan
         .changed
         .iter()
-        .filter(|(id, d)| d.is_some() && !index.tasks.contains_key(*id))
+        .filter(|(id, d)| d.is_some() && !index.tasks.contains_key(id.as_str()))
         .count();
     let total = index.tasks.len() + created;
     if total > LIST_TASKS_MAX {
@@ -144,15 +145,16 @@ pub(super) fn validate(index: &Index, plan: &Plan) -> Result<(), ApiError> {
     // A cycle can only close through a task this write changes: one walk from all of
     // them, each task visited once.
     let deps = |id: &str| -> Vec<&str> {
-        let named: &[String] = match plan.changed.get(id) {
-            Some(Some(d)) => &d.task.blocked_by,
-            Some(None) => &[],
-            None => index.tasks.get(id).map_or(&[][..], |e| &e.raw.blocked_by),
+        let named: Vec<&str> = match plan.changed.get(id) {
+            Some(Some(d)) => d.task.blocked_by.iter().map(String::as_str).collect(),
+            Some(None) => Vec::new(),
+            None => index.tasks.get(id).map_or_else(Vec::new, |e| {
+                e.raw.blocked_by.iter().map(SmolStr::as_str).collect()
+            }),
         };
         named
-            .iter()
-            .filter(|dep| dep.as_str() != id && exists(index, plan, dep))
-            .map(String::as_str)
+            .into_iter()
+            .filter(|dep| *dep != id && exists(index, plan, dep))
             .collect()
     };
     let changed = plan
@@ -198,19 +200,19 @@ pub(super) fn validate(index: &Index, plan: &Plan) -> Result<(), ApiError> {
         // Only a write that starts a task (or hands a started task to another owner)
         // is refused; a list that is already over the limit after a merge stays
         // editable, and the authority reports it.
-        let already_active = index.tasks.get(id).is_some_and(|e| {
+        let already_active = index.tasks.get(id.as_str()).is_some_and(|e| {
             e.raw.status.as_deref() == Some(Status::InProgress.as_str())
-                && e.raw.owner == d.task.owner
+                && e.raw.owner.as_deref() == d.task.owner.as_deref()
         });
         if d.task.status == Status::InProgress && !already_active {
             let owner = &d.task.owner;
             let others: Vec<String> = index
                 .active
-                .get(owner)
+                .get(&owner.as_deref().map(SmolStr::from))
                 .into_iter()
                 .flatten()
-                .filter(|t| *t != id && !plan.changed.contains_key(*t))
-                .cloned()
+                .filter(|t| t.as_str() != id && !plan.changed.contains_key(t.as_str()))
+                .map(SmolStr::to_string)
                 .chain(
                     plan.changed
                         .iter()

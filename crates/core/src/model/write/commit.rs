@@ -14,14 +14,14 @@ fn put_str(
     tx: &mut automerge::transaction::Transaction<'_>,
     obj: &automerge::ObjId,
     key: &str,
-    value: &Option<String>,
-    current: &Option<String>,
+    value: Option<&str>,
+    current: Option<&str>,
 ) -> Result<bool, automerge::AutomergeError> {
     if value == current {
         return Ok(false);
     }
     match value {
-        Some(v) => tx.put(obj, key, v.as_str())?,
+        Some(v) => tx.put(obj, key, v)?,
         None => tx.delete(obj, key)?,
     }
     Ok(true)
@@ -49,32 +49,38 @@ pub(crate) fn write_task(
         tx,
         &obj,
         field::CONTENT,
-        &Some(t.content.clone()),
-        &cur.content,
+        Some(t.content.as_str()),
+        cur.content.as_deref(),
     )?;
     wrote |= put_str(
         tx,
         &obj,
         field::ACTIVE_FORM,
-        &t.active_form,
-        &cur.active_form,
+        t.active_form.as_deref(),
+        cur.active_form.as_deref(),
     )?;
     wrote |= put_str(
         tx,
         &obj,
         field::STATUS,
-        &Some(t.status.as_str().to_owned()),
-        &cur.status,
+        Some(t.status.as_str()),
+        cur.status.as_deref(),
     )?;
     wrote |= put_str(
         tx,
         &obj,
         field::PRIORITY,
-        &Some(t.priority.as_str().to_owned()),
-        &cur.priority,
+        Some(t.priority.as_str()),
+        cur.priority.as_deref(),
     )?;
-    wrote |= put_str(tx, &obj, field::OWNER, &t.owner, &cur.owner)?;
-    if existing.is_none() || t.blocked_by != cur.blocked_by {
+    wrote |= put_str(
+        tx,
+        &obj,
+        field::OWNER,
+        t.owner.as_deref(),
+        cur.owner.as_deref(),
+    )?;
+    if existing.is_none() || !t.blocked_by.iter().eq(cur.blocked_by.iter()) {
         let list = tx.put_object(&obj, field::BLOCKED_BY, ObjType::List)?;
         for (i, dep) in t.blocked_by.iter().enumerate() {
             tx.insert(&list, i, dep.as_str())?;
@@ -85,8 +91,8 @@ pub(crate) fn write_task(
         tx,
         &obj,
         field::POSITION,
-        &Some(d.position.clone()),
-        &Some(cur.position.clone()),
+        Some(d.position.as_str()),
+        Some(cur.position.as_str()),
     )?;
     Ok(wrote)
 }
@@ -95,7 +101,7 @@ pub(crate) fn write_task(
 pub(crate) fn plan_is_noop(index: &Index, plan: &Plan) -> bool {
     plan.changed
         .iter()
-        .all(|(id, d)| match (d, index.tasks.get(id)) {
+        .all(|(id, d)| match (d, index.tasks.get(id.as_str())) {
             (None, None) => true,
             (None, Some(_)) | (Some(_), None) => false,
             (Some(d), Some(e)) => raw_matches(&e.raw, d),
@@ -105,11 +111,11 @@ pub(crate) fn plan_is_noop(index: &Index, plan: &Plan) -> bool {
 fn raw_matches(raw: &RawTask, d: &Desired) -> bool {
     let t = &d.task;
     raw.content.as_deref() == Some(t.content.as_str())
-        && raw.active_form == t.active_form
+        && raw.active_form.as_deref() == t.active_form.as_deref()
         && raw.status.as_deref() == Some(t.status.as_str())
         && raw.priority.as_deref() == Some(t.priority.as_str())
-        && raw.owner == t.owner
-        && raw.blocked_by == t.blocked_by
+        && raw.owner.as_deref() == t.owner.as_deref()
+        && raw.blocked_by.iter().eq(t.blocked_by.iter())
         && raw.position == d.position
 }
 
@@ -162,7 +168,7 @@ impl TodoList {
         let mut tx = self.doc.transaction();
         let mut wrote = false;
         for (id, d) in &plan.changed {
-            let existing = index.tasks.get(id);
+            let existing = index.tasks.get(id.as_str());
             match d {
                 None => {
                     if existing.is_some() {

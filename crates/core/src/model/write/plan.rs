@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::check::{check_patch, exists, validate};
 use super::{err, Desired, Plan, WriteContext};
-use crate::model::doc::RawTask;
+use crate::model::doc::{RawTask, SmolStr};
 use crate::model::index::Index;
 use crate::model::{normalize, position};
 use crate::proto::{
@@ -83,7 +83,7 @@ impl<'a> Draft<'a> {
             Some(d) => d.clone(),
             None => self.index.tasks.get(id).map(|e| Desired {
                 task: normalize(id, &e.raw),
-                position: e.raw.position.clone(),
+                position: e.raw.position.to_string(),
             }),
         }
     }
@@ -118,9 +118,9 @@ impl<'a> Draft<'a> {
         let from_index = self
             .index
             .order
-            .range((Excluded(key.clone()), Unbounded))
-            .find(|(_, id)| id != skip && !self.plan.changed.contains_key(id))
-            .cloned();
+            .range((Excluded(stored_key(key)), Unbounded))
+            .find(|(_, id)| id != skip && !self.plan.changed.contains_key(id.as_str()))
+            .map(owned_key);
         let from_plan = self
             .plan
             .changed
@@ -139,7 +139,7 @@ impl<'a> Draft<'a> {
     fn last_position(&self) -> Option<String> {
         // The index's last key is an upper bound even if the write moves or removes
         // that task: a key after it is after every remaining one.
-        let from_index = self.index.order.iter().next_back().cloned();
+        let from_index = self.index.order.iter().next_back().map(owned_key);
         from_index.max(self.planned_max.clone()).map(|k| k.0)
     }
 
@@ -148,8 +148,8 @@ impl<'a> Draft<'a> {
             .index
             .order
             .iter()
-            .find(|(_, id)| !self.plan.changed.contains_key(id))
-            .cloned();
+            .find(|(_, id)| !self.plan.changed.contains_key(id.as_str()))
+            .map(owned_key);
         let from_plan = self
             .plan
             .changed
@@ -351,7 +351,7 @@ pub(crate) fn plan(
                     base_all = index
                         .tasks
                         .iter()
-                        .map(|(id, e)| (id.clone(), e.raw.clone()))
+                        .map(|(id, e)| (id.to_string(), e.raw.clone()))
                         .collect();
                     &base_all
                 }
@@ -381,7 +381,9 @@ pub(crate) fn plan(
                 if let Some(content) = &t.content {
                     let hit = base
                         .iter()
-                        .find(|(id, b)| b.content.as_ref() == Some(content) && !seen.contains(*id))
+                        .find(|(id, b)| {
+                            b.content.as_deref() == Some(content.as_str()) && !seen.contains(*id)
+                        })
                         .map(|(id, _)| id.clone());
                     if let Some(id) = hit {
                         seen.insert(id.clone());
@@ -391,7 +393,7 @@ pub(crate) fn plan(
             }
             // Tasks the writer saw and left out go; tasks others added since stay.
             for id in base.keys() {
-                if !seen.contains(id) && index.tasks.contains_key(id) {
+                if !seen.contains(id) && index.tasks.contains_key(id.as_str()) {
                     draft.remove(id, "tasks".to_owned())?;
                 }
             }
@@ -435,13 +437,13 @@ pub(crate) fn plan(
     let mut created_seen = BTreeSet::new();
     plan.created.retain(|id| {
         matches!(plan.changed.get(id), Some(Some(_)))
-            && !index.tasks.contains_key(id)
+            && !index.tasks.contains_key(id.as_str())
             && created_seen.insert(id.clone())
     });
     let mut removed_seen = BTreeSet::new();
     plan.removed.retain(|id| {
         matches!(plan.changed.get(id), Some(None))
-            && index.tasks.contains_key(id)
+            && index.tasks.contains_key(id.as_str())
             && removed_seen.insert(id.clone())
     });
     Ok(plan)
@@ -469,19 +471,29 @@ fn drop_unchanged(p: &mut TaskPatch, base: &Task) {
     }
 }
 
+/// An order key of the index as the plan holds it.
+fn owned_key((position, id): &(SmolStr, SmolStr)) -> (String, String) {
+    (position.to_string(), id.to_string())
+}
+
+/// An order key of the plan as the index holds it.
+fn stored_key((position, id): &(String, String)) -> (SmolStr, SmolStr) {
+    (position.into(), id.into())
+}
+
 /// Gives the tasks of a replace the order they were sent in, moving as few as possible:
 /// the longest run already in order keeps its keys, the rest get keys between neighbours.
 fn order_replace(draft: &mut Draft<'_>, resolved: &[String]) {
     let existing: Vec<(usize, (String, String))> = resolved
         .iter()
         .enumerate()
-        .filter(|(_, id)| draft.index.tasks.contains_key(*id))
+        .filter(|(_, id)| draft.index.tasks.contains_key(id.as_str()))
         .filter_map(|(i, id)| {
             draft
                 .index
                 .tasks
-                .get(id)
-                .map(|e| (i, (e.raw.position.clone(), id.clone())))
+                .get(id.as_str())
+                .map(|e| (i, (e.raw.position.to_string(), id.clone())))
         })
         .collect();
     let keys: Vec<(String, String)> = existing.iter().map(|(_, k)| k.clone()).collect();
@@ -495,8 +507,8 @@ fn order_replace(draft: &mut Draft<'_>, resolved: &[String]) {
                 draft
                     .index
                     .tasks
-                    .get(&resolved[i])
-                    .map(|e| e.raw.position.clone())
+                    .get(resolved[i].as_str())
+                    .map(|e| e.raw.position.to_string())
             })
             .flatten()
     };
