@@ -51,6 +51,10 @@ const ACK_GRACE: Duration = Duration::from_secs(5);
 const MEMORY_LISTS: usize = 10;
 /// Idle time before memory is read.
 const IDLE: Duration = Duration::from_secs(1);
+/// Time the lists are left before memory per list is read: past the hub's
+/// `SYNC_WINDOW_QUIET_MS` (a list nobody writes to gives back its sync window), the same
+/// for every server.
+pub(crate) const LISTS_SETTLE: Duration = Duration::from_secs(12);
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -858,7 +862,7 @@ async fn list_memory(o: &Options, kind: Kind, seed: &Arc<Seed>) -> anyhow::Resul
             .await?,
         );
     }
-    tokio::time::sleep(IDLE * 2).await;
+    tokio::time::sleep(LISTS_SETTLE).await;
     let loaded = server.usage().rss_bytes;
     for s in seeders {
         s.close().await;

@@ -293,9 +293,11 @@ pub(crate) fn memory_section(lists: &[ListMemory], again: Option<&str>) -> Strin
         "{MEMORY_HEADING}\n\n\
          A fresh server is given {n} copies of the list (different document ids, same \
          content), each by a peer that stays connected while it is measured (the hub lets a \
-         list no peer syncs leave memory); resident memory after minus before, divided by \
+         list no peer syncs leave memory), left {settle} s (the hub gives back a list's sync \
+         window after 10 s without a write); resident memory after minus before, divided by \
          the lists.{when}\n\n{}",
-        memory_table(lists)
+        memory_table(lists),
+        settle = crate::LISTS_SETTLE.as_secs()
     )
 }
 

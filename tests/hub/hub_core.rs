@@ -1582,3 +1582,54 @@ fn a_rebuild_back_past_rebuild_catch_up_max_is_dropped_and_asked_again() {
     assert_eq!(held.doc().get_heads(), writer.heads());
     assert_eq!(held.read(), writer.read());
 }
+
+/// A list nobody writes to for `SYNC_WINDOW_QUIET_MS` gives back its sync window's
+/// changes; its window positions go on, and peers in step are served as before.
+#[test]
+fn a_quiet_list_gives_back_its_sync_window_and_serves_its_peers_after() {
+    use swarmtodo::hub::core::SYNC_WINDOW_QUIET_MS;
+    let list = list_with_history(20, 10);
+    let mut hub = Hub::with(&list);
+    let mut peers = peers_in_step(&mut hub, &list, 2);
+    let (c0, mut writer, mut ws) = peers.remove(0);
+    let (c1, mut reader, mut rs) = peers.remove(0);
+    for i in 0..5 {
+        writer
+            .write(
+                &patch(vec![upsert(task(&format!("w{i}"), "Written"))]),
+                &WriteContext::new("w", 0, i),
+            )
+            .unwrap();
+        sync_replica(&mut hub, c0, &mut writer, &mut ws);
+    }
+    sync_replica(&mut hub, c1, &mut reader, &mut rs);
+    let held = |hub: &Hub| {
+        let l = hub.core.doc(&hub.doc).unwrap().list();
+        (l.window_len(), l.window_end())
+    };
+    let (len, end) = held(&hub);
+    assert!(len >= 5, "the writes are in the window: {len}");
+    // The writes were committed at 0: the list wakes the hub when they are as old.
+    let wake = hub.core.next_wake_ms().expect("a list due to go quiet");
+    assert!(wake <= SYNC_WINDOW_QUIET_MS, "{wake}");
+    let _ = hub.core.handle(SYNC_WINDOW_QUIET_MS - 1, Input::Tick);
+    assert_eq!(held(&hub), (len, end), "kept before the quiet time");
+    let _ = hub.core.handle(SYNC_WINDOW_QUIET_MS, Input::Tick);
+    assert_eq!(held(&hub), (0, end), "given back, positions kept");
+    // Nothing more is due, and the list goes on: a write reaches the other peer.
+    assert!(hub
+        .core
+        .next_wake_ms()
+        .is_none_or(|at| at > SYNC_WINDOW_QUIET_MS));
+    writer
+        .write(
+            &patch(vec![upsert(task("after", "Written after"))]),
+            &WriteContext::new("w", 0, 100),
+        )
+        .unwrap();
+    sync_replica(&mut hub, c0, &mut writer, &mut ws);
+    sync_replica(&mut hub, c1, &mut reader, &mut rs);
+    assert_eq!(reader.heads(), writer.heads());
+    assert_eq!(reader.read(), writer.read());
+    assert_eq!(held(&hub), (1, end + 1));
+}

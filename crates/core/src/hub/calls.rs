@@ -640,6 +640,7 @@ impl HubCore {
             .chain(wait)
             .chain(self.next_presence_ms())
             .chain(self.next_summary_ms())
+            .chain(self.windows_due.first().map(|(at, _)| *at))
             .min()
     }
 

@@ -75,6 +75,13 @@ pub const REBUILD_AFTER_GROWTH_PERCENT: usize = 25;
 /// A rebuild that waited longer — its thread runs only when the hub's core is otherwise
 /// idle — is dropped, and the list's next compaction asks for another.
 pub const REBUILD_CATCH_UP_MAX: usize = 1_000;
+/// Time without a write after which a list gives back its sync window's changes
+/// (`TodoList::forget_window`: ≈0.7 MiB for a list that took its last
+/// `SYNC_WINDOW_CHANGES` at once, a first sync of a long history). The window serves
+/// peers whose acknowledgements lag behind the writes; ten seconds after the last write
+/// they have long caught up, and a peer that comes back later is synced by the stock
+/// path (a millisecond at 1,000 changes, tens at 60,000).
+pub const SYNC_WINDOW_QUIET_MS: i64 = 10_000;
 
 /// History work one connection may make the hub do before it must wait, in units: a
 /// sync step the recent-changes window cannot answer (a fresh peer that needs the

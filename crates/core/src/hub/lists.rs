@@ -3,7 +3,7 @@
 use automerge::Automerge;
 
 use super::events::change_count;
-use super::limits::{LIST_SUMMARY_INTERVAL_MS, REBUILD_CATCH_UP_MAX};
+use super::limits::{LIST_SUMMARY_INTERVAL_MS, REBUILD_CATCH_UP_MAX, SYNC_WINDOW_QUIET_MS};
 use super::merge::summary_of;
 use super::{Close, Commit, ConnId, DocState, Effects, HubCore, StoredList};
 use crate::model::{Rebuilt, TodoList};
@@ -52,7 +52,7 @@ impl HubCore {
     /// a document that is not a save of the list, or that lacks more than
     /// [`REBUILD_CATCH_UP_MAX`] of its changes, is dropped and logged, and the list's next
     /// compaction asks for another.
-    pub fn rebuilt(&mut self, id: DocumentId, rebuilt: Rebuilt) {
+    pub fn rebuilt(&mut self, id: DocumentId, rebuilt: impl Into<Rebuilt>) {
         let Some(doc) = self.docs.get_mut(&id) else {
             return;
         };
@@ -199,6 +199,29 @@ impl HubCore {
                     .saturating_add(LIST_SUMMARY_INTERVAL_MS)
             })
             .min()
+    }
+
+    /// Lists nobody wrote to for [`SYNC_WINDOW_QUIET_MS`] give back their sync window
+    /// (`TodoList::forget_window`); a list written to since is looked at again when that
+    /// write is as old. Its cost follows the lists that are due.
+    pub(super) fn forget_quiet_windows(&mut self, now_ms: i64) {
+        while let Some(&(at, doc_id)) = self.windows_due.first() {
+            if at > now_ms {
+                break;
+            }
+            self.windows_due.pop_first();
+            let Some(doc) = self.docs.get_mut(&doc_id) else {
+                continue;
+            };
+            let quiet_at = doc.written_ms.saturating_add(SYNC_WINDOW_QUIET_MS);
+            if quiet_at > now_ms {
+                self.windows_due.insert((quiet_at, doc_id));
+                continue;
+            }
+            doc.window_due = false;
+            let dropped = doc.list.forget_window();
+            tracing::debug!(doc = %doc_id, dropped, "quiet list: its sync window given back");
+        }
     }
 
     /// Before the hub stops: every row of the index of lists that waits, written now.

@@ -8,7 +8,7 @@ use automerge::{sync, ActorId, Automerge, ChangeHash};
 use super::events::{change_count, tasks_changed};
 use super::limits::{
     COMPACT_AFTER_CHANGES, COMPACT_AFTER_GROWTH_PERCENT, DOCS_MAX, DOCS_PER_CONN_MAX,
-    LIST_SUMMARY_INTERVAL_MS, REBUILD_AFTER_GROWTH_PERCENT,
+    LIST_SUMMARY_INTERVAL_MS, REBUILD_AFTER_GROWTH_PERCENT, SYNC_WINDOW_QUIET_MS,
 };
 use super::{
     Commit, Compaction, Conn, ConnId, ConnState, DocState, Effects, HubCore, Identity, Peer,
@@ -282,6 +282,14 @@ impl HubCore {
             }
         }
         doc.since_compaction += commit.changes.len();
+        if !commit.changes.is_empty() {
+            doc.written_ms = self.clock_ms;
+            if !doc.window_due {
+                doc.window_due = true;
+                self.windows_due
+                    .insert((self.clock_ms.saturating_add(SYNC_WINDOW_QUIET_MS), doc_id));
+            }
+        }
         self.stored.insert(doc_id);
         if !commit.changes.is_empty() && self.links.contains_key(&doc_id) {
             self.rollups_due.insert(doc_id);

@@ -322,6 +322,11 @@ pub struct DocState {
     summary_written_ms: i64,
     /// A change since then is not in that row yet.
     summary_stale: bool,
+    /// When a change was last committed to it (the hub's clock; `i64::MIN`: none since
+    /// it came into memory).
+    written_ms: i64,
+    /// It has an entry in [`HubCore::windows_due`].
+    window_due: bool,
 }
 
 impl DocState {
@@ -337,6 +342,8 @@ impl DocState {
             presence: presence::Presence::default(),
             summary_written_ms: i64::MIN,
             summary_stale: false,
+            written_ms: i64::MIN,
+            window_due: false,
         }
     }
 }
@@ -425,6 +432,10 @@ pub struct HubCore {
     rollups_due: BTreeSet<DocumentId>,
     /// Roll-up calls made so far (their ids).
     internal_calls: u64,
+    /// When the sync window of a list written to lately may go: no change for
+    /// [`SYNC_WINDOW_QUIET_MS`] by then (one entry per list at most, see
+    /// `HubCore::forget_quiet_windows`).
+    windows_due: BTreeSet<(i64, DocumentId)>,
 }
 
 /// Frames waiting for a list to load (connection, bytes), and their bytes in all.
@@ -449,6 +460,7 @@ impl HubCore {
             waits: Vec::new(),
             presence_dirty: BTreeSet::new(),
             presence_due: BTreeSet::new(),
+            windows_due: BTreeSet::new(),
             clock_ms: 0,
             summaries_due: BTreeSet::new(),
             links: BTreeMap::new(),
@@ -547,6 +559,7 @@ impl HubCore {
         self.check_presence(now_ms, &mut fx);
         self.roll_up_due(now_ms, &mut fx);
         self.flush_summaries(now_ms, false, &mut fx);
+        self.forget_quiet_windows(now_ms);
         // One write in the batch is a hub keeping up with its writers (what waits is the
         // acknowledgements of its last fan-out): its news goes out at once.
         let writers: usize = self
