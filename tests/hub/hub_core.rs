@@ -1593,16 +1593,33 @@ fn a_quiet_list_gives_back_its_sync_window_and_serves_its_peers_after() {
     let mut peers = peers_in_step(&mut hub, &list, 2);
     let (c0, mut writer, mut ws) = peers.remove(0);
     let (c1, mut reader, mut rs) = peers.remove(0);
-    for i in 0..5 {
+    // A write, sent by the writer at `now`: its answer goes to the writer and its
+    // relay to the reader, as a runtime delivers them.
+    let mut write = |hub: &mut Hub, now: i64, id: &str, seq: u64| {
         writer
             .write(
-                &patch(vec![upsert(task(&format!("w{i}"), "Written"))]),
-                &WriteContext::new("w", 0, i),
+                &patch(vec![upsert(task(id, "Written"))]),
+                &WriteContext::new("w", 0, seq),
             )
             .unwrap();
-        sync_replica(&mut hub, c0, &mut writer, &mut ws);
+        ws.in_flight = false;
+        let m = writer.generate_sync_message(&mut ws).unwrap();
+        let fx = hub.sync(c0, now, m.encode());
+        let relayed = payloads(&fx, c1);
+        assert!(!relayed.is_empty(), "the write {id} is relayed to the reader");
+        for (c, list, state) in [(c0, &mut writer, &mut ws), (c1, &mut reader, &mut rs)] {
+            for data in payloads(&fx, c) {
+                list.receive_sync_message(state, sync::Message::decode(&data).unwrap())
+                    .unwrap();
+            }
+            sync_replica(hub, c, list, state);
+        }
+        assert_eq!(reader.heads(), writer.heads(), "after {id}");
+        assert_eq!(reader.read(), writer.read(), "after {id}");
+    };
+    for i in 0..5 {
+        write(&mut hub, 0, &format!("w{i}"), i);
     }
-    sync_replica(&mut hub, c1, &mut reader, &mut rs);
     let held = |hub: &Hub| {
         let l = hub.core.doc(&hub.doc).unwrap().list();
         (l.window_len(), l.window_end())
@@ -1621,15 +1638,6 @@ fn a_quiet_list_gives_back_its_sync_window_and_serves_its_peers_after() {
         .core
         .next_wake_ms()
         .is_none_or(|at| at > SYNC_WINDOW_QUIET_MS));
-    writer
-        .write(
-            &patch(vec![upsert(task("after", "Written after"))]),
-            &WriteContext::new("w", 0, 100),
-        )
-        .unwrap();
-    sync_replica(&mut hub, c0, &mut writer, &mut ws);
-    sync_replica(&mut hub, c1, &mut reader, &mut rs);
-    assert_eq!(reader.heads(), writer.heads());
-    assert_eq!(reader.read(), writer.read());
+    write(&mut hub, SYNC_WINDOW_QUIET_MS, "after", 100);
     assert_eq!(held(&hub), (1, end + 1));
 }
