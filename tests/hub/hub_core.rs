@@ -1594,8 +1594,9 @@ fn a_quiet_list_gives_back_its_sync_window_and_serves_its_peers_after() {
     let (c0, mut writer, mut ws) = peers.remove(0);
     let (c1, mut reader, mut rs) = peers.remove(0);
     // A write, sent by the writer at `now`: its answer goes to the writer and its
-    // relay to the reader, as a runtime delivers them.
-    let mut write = |hub: &mut Hub, now: i64, id: &str, seq: u64| {
+    // relay to the reader, as a runtime delivers them, after `late` (relays that reached
+    // the reader late). `None`: the relay is still on its way, and is returned.
+    let mut write = |hub: &mut Hub, now: i64, id: &str, seq: u64, late: Option<Vec<Vec<u8>>>| {
         writer
             .write(
                 &patch(vec![upsert(task(id, "Written"))]),
@@ -1606,9 +1607,23 @@ fn a_quiet_list_gives_back_its_sync_window_and_serves_its_peers_after() {
         let m = writer.generate_sync_message(&mut ws).unwrap();
         let fx = hub.sync(c0, now, m.encode());
         let relayed = payloads(&fx, c1);
-        assert!(!relayed.is_empty(), "the write {id} is relayed to the reader");
-        for (c, list, state) in [(c0, &mut writer, &mut ws), (c1, &mut reader, &mut rs)] {
-            for data in payloads(&fx, c) {
+        assert!(
+            !relayed.is_empty(),
+            "the write {id} is relayed to the reader"
+        );
+        let Some(late) = late else {
+            for data in payloads(&fx, c0) {
+                writer
+                    .receive_sync_message(&mut ws, sync::Message::decode(&data).unwrap())
+                    .unwrap();
+            }
+            return relayed;
+        };
+        for (c, list, state, first) in [
+            (c0, &mut writer, &mut ws, Vec::new()),
+            (c1, &mut reader, &mut rs, late),
+        ] {
+            for data in first.into_iter().chain(payloads(&fx, c)) {
                 list.receive_sync_message(state, sync::Message::decode(&data).unwrap())
                     .unwrap();
             }
@@ -1616,16 +1631,19 @@ fn a_quiet_list_gives_back_its_sync_window_and_serves_its_peers_after() {
         }
         assert_eq!(reader.heads(), writer.heads(), "after {id}");
         assert_eq!(reader.read(), writer.read(), "after {id}");
+        Vec::new()
     };
     for i in 0..5 {
-        write(&mut hub, 0, &format!("w{i}"), i);
+        write(&mut hub, 0, &format!("w{i}"), i, Some(Vec::new()));
     }
+    // One more, whose relay is still on its way to the reader when the list goes quiet.
+    let in_flight = write(&mut hub, 0, "late", 50, None);
     let held = |hub: &Hub| {
         let l = hub.core.doc(&hub.doc).unwrap().list();
         (l.window_len(), l.window_end())
     };
     let (len, end) = held(&hub);
-    assert!(len >= 5, "the writes are in the window: {len}");
+    assert!(len >= 6, "the writes are in the window: {len}");
     // The writes were committed at 0: the list wakes the hub when they are as old.
     let wake = hub.core.next_wake_ms().expect("a list due to go quiet");
     assert!(wake <= SYNC_WINDOW_QUIET_MS, "{wake}");
@@ -1633,11 +1651,19 @@ fn a_quiet_list_gives_back_its_sync_window_and_serves_its_peers_after() {
     assert_eq!(held(&hub), (len, end), "kept before the quiet time");
     let _ = hub.core.handle(SYNC_WINDOW_QUIET_MS, Input::Tick);
     assert_eq!(held(&hub), (0, end), "given back, positions kept");
-    // Nothing more is due, and the list goes on: a write reaches the other peer.
+    // Nothing more is due, and the list goes on: a write reaches the other peer, and so
+    // does the one that was in flight when the window went.
     assert!(hub
         .core
         .next_wake_ms()
         .is_none_or(|at| at > SYNC_WINDOW_QUIET_MS));
-    write(&mut hub, SYNC_WINDOW_QUIET_MS, "after", 100);
+    write(
+        &mut hub,
+        SYNC_WINDOW_QUIET_MS,
+        "after",
+        100,
+        Some(in_flight),
+    );
+    assert!(reader.raw_task("late").is_some());
     assert_eq!(held(&hub), (1, end + 1));
 }

@@ -60,6 +60,9 @@ enum Step {
     LoseToHub(usize),
     /// The peer reconnects: every state starts over, messages in flight are gone.
     Reconnect(usize),
+    /// The hub gives back its window (a quiet list, `TodoList::forget_window`), changes
+    /// in flight to its peers included.
+    HubForgetsWindow,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -73,6 +76,7 @@ fn step() -> impl Strategy<Value = Step> {
         5 => p.clone().prop_map(Step::PeerReceives),
         1 => p.clone().prop_map(Step::LoseToHub),
         1 => p.prop_map(Step::Reconnect),
+        1 => Just(Step::HubForgetsWindow),
     ]
 }
 
@@ -186,6 +190,9 @@ impl World {
             }
             Step::LoseToHub(p) => {
                 self.peers[p].to_hub.pop_front();
+            }
+            Step::HubForgetsWindow => {
+                self.hub.forget_window();
             }
             Step::Reconnect(p) => {
                 let peer = &mut self.peers[p];

@@ -304,13 +304,17 @@ impl SyncWindow {
     }
 
     /// Drops every entry as if each had aged out ([`SyncWindow::evict_first`]):
-    /// positions go on from where they were, so what peers were sent still adds up, and
-    /// the window starts at the heads it ended at. Returns how many it dropped.
+    /// positions go on from where they were, and the window starts at the heads it
+    /// ended at. A change still in flight to a peer may go with them: the window takes
+    /// a new epoch, so that no [`SentIndex`] names a position it no longer holds (the
+    /// index is made again from the hashes, and the stock path answers for what the
+    /// window lacks). Returns how many it dropped.
     pub(crate) fn forget(&mut self) -> usize {
         let dropped = self.entries.len();
         while !self.entries.is_empty() {
             self.evict_first();
         }
+        self.epoch = next_epoch();
         self.entries = VecDeque::new();
         self.by_hash = HashMap::default();
         self.by_heads.shrink_to_fit();
@@ -568,7 +572,9 @@ impl SentIndex {
     /// stock step drops the index: [`SentIndex::forget`]). `None` when a change
     /// in flight is not in the window.
     pub(super) fn of<'i>(&'i mut self, window: &SyncWindow, state: &State) -> Option<&'i [u64]> {
-        if self.epoch != window.epoch || self.positions.len() != state.sent_hashes.len() {
+        let evicted = self.positions.first().is_some_and(|&p| p < window.offset);
+        if self.epoch != window.epoch || self.positions.len() != state.sent_hashes.len() || evicted
+        {
             self.epoch = 0;
             let mut positions: Vec<u64> = state
                 .sent_hashes
