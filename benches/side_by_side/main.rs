@@ -267,6 +267,13 @@ pub(crate) struct ListMemory {
     pub(crate) rss_empty_bytes: u64,
     pub(crate) rss_loaded_bytes: u64,
     pub(crate) per_list_bytes: f64,
+    /// Resident memory once as many lists again were added.
+    #[serde(default)]
+    pub(crate) rss_doubled_bytes: u64,
+    /// What each of those added lists cost: the memory of a list, without what the
+    /// first lists bring once (program code paged in on first use, caches filled).
+    #[serde(default)]
+    pub(crate) per_added_list_bytes: f64,
 }
 
 /// Everything one invocation measured.
@@ -845,30 +852,41 @@ async fn memory_only(o: &Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Phase (c): memory per list — a fresh server given `MEMORY_LISTS` copies of the list.
+/// Phase (c): memory per list — a fresh server given `MEMORY_LISTS` copies of the list,
+/// then as many again: per list from empty, and per list added (the second half).
 async fn list_memory(o: &Options, kind: Kind, seed: &Arc<Seed>) -> anyhow::Result<ListMemory> {
     let server = Server::start(kind, &o.work)?;
     tokio::time::sleep(IDLE).await;
     let empty = server.usage().rss_bytes;
-    let mut seeders = Vec::with_capacity(MEMORY_LISTS);
-    for k in 0..MEMORY_LISTS {
-        seeders.push(
-            swarm::seed_list(
-                &server.url,
-                kind,
-                seed,
-                list_document_id(&format!("memory-{k}")),
-            )
-            .await?,
-        );
+    let mut seeders = Vec::with_capacity(2 * MEMORY_LISTS);
+    let mut readings = Vec::with_capacity(2);
+    for half in 0..2 {
+        for k in half * MEMORY_LISTS..(half + 1) * MEMORY_LISTS {
+            seeders.push(
+                swarm::seed_list(
+                    &server.url,
+                    kind,
+                    seed,
+                    list_document_id(&format!("memory-{k}")),
+                )
+                .await?,
+            );
+        }
+        tokio::time::sleep(LISTS_SETTLE).await;
+        readings.push(server.usage().rss_bytes);
     }
-    tokio::time::sleep(LISTS_SETTLE).await;
-    let loaded = server.usage().rss_bytes;
     for s in seeders {
         s.close().await;
     }
+    let (loaded, doubled) = (readings[0], readings[1]);
     let per = (loaded as f64 - empty as f64) / MEMORY_LISTS as f64;
-    eprintln!("── {}: {:.2} MiB per list", kind.name(), per / 1048576.0);
+    let per_added = (doubled as f64 - loaded as f64) / MEMORY_LISTS as f64;
+    eprintln!(
+        "── {}: {:.2} MiB per list from empty, {:.2} MiB per list added",
+        kind.name(),
+        per / 1048576.0,
+        per_added / 1048576.0
+    );
     Ok(ListMemory {
         server: kind.name().to_owned(),
         key: kind.key().to_owned(),
@@ -877,6 +895,8 @@ async fn list_memory(o: &Options, kind: Kind, seed: &Arc<Seed>) -> anyhow::Resul
         rss_empty_bytes: empty,
         rss_loaded_bytes: loaded,
         per_list_bytes: per,
+        rss_doubled_bytes: doubled,
+        per_added_list_bytes: per_added,
     })
 }
 

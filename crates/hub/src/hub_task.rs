@@ -205,7 +205,8 @@ pub(crate) async fn hub_task(
         let commits = fx.commits.len();
         let sends = fx.sends.len();
         let bulk = !fx.compactions.is_empty()
-            || fx.commits.iter().map(|c| c.changes.len()).sum::<usize>() >= TRIM_AFTER_CHANGES;
+            || fx.commits.iter().map(|c| c.changes.len()).sum::<usize>() >= TRIM_AFTER_CHANGES
+            || fx.window_changes_freed >= TRIM_AFTER_CHANGES;
         let performed = perform(&mut core, &mut out, fx).await;
         dropped += held.saturating_sub(core.doc_count());
         metrics
@@ -258,8 +259,9 @@ pub(crate) async fn hub_task(
 /// several times the list's size for a moment (the changes decoded, the merge's report,
 /// the commit), and glibc keeps freed memory in its arenas: without this, a hub that
 /// was given ten 10,000-change lists kept 5 MiB more per list resident than its lists
-/// hold. Called after such a batch and after a snapshot (whose rebuild frees the old
-/// document); it walks the heap, a few milliseconds at most.
+/// hold. Called after such a batch, after a snapshot (whose rebuild frees the old
+/// document) and after quiet lists gave back their sync windows; it walks the heap, a
+/// few milliseconds at most.
 fn give_back_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -267,6 +269,15 @@ fn give_back_freed_memory() {
         // it has no preconditions.
         unsafe {
             libc::malloc_trim(0);
+        }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            // SAFETY: mallinfo2 only reads the allocator's statistics.
+            let heap = unsafe { libc::mallinfo2() };
+            tracing::debug!(
+                in_use = heap.uordblks + heap.hblkhd,
+                free_kept = heap.fordblks,
+                "heap after giving back freed memory"
+            );
         }
     }
 }

@@ -118,8 +118,9 @@ impl Default for ConnLimits {
     }
 }
 
-/// Changes merged in one batch after which the hub hands the memory it freed back to
-/// the system (see [`give_back_freed_memory`]).
+/// Changes merged in one batch, or given back by the sync windows of quiet lists,
+/// after which the hub hands the memory it freed back to the system (see
+/// [`give_back_freed_memory`]).
 pub const TRIM_AFTER_CHANGES: usize = 1_000;
 
 /// Lists dropped from memory (their last peer left) after which the hub hands the

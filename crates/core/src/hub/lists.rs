@@ -203,8 +203,10 @@ impl HubCore {
 
     /// Lists nobody wrote to for [`SYNC_WINDOW_QUIET_MS`] give back their sync window
     /// (`TodoList::forget_window`); a list written to since is looked at again when that
-    /// write is as old. Its cost follows the lists that are due.
-    pub(super) fn forget_quiet_windows(&mut self, now_ms: i64) {
+    /// write is as old. Its cost follows the lists that are due. Returns how many
+    /// changes the windows gave back.
+    pub(super) fn forget_quiet_windows(&mut self, now_ms: i64) -> usize {
+        let mut freed = 0;
         while let Some(&(at, doc_id)) = self.windows_due.first() {
             if at > now_ms {
                 break;
@@ -220,8 +222,10 @@ impl HubCore {
             }
             doc.window_due = false;
             let dropped = doc.list.forget_window();
+            freed += dropped;
             tracing::debug!(doc = %doc_id, dropped, "quiet list: its sync window given back");
         }
+        freed
     }
 
     /// Before the hub stops: every row of the index of lists that waits, written now.

@@ -235,6 +235,9 @@ pub struct Effects {
     /// Answers to API calls: reads and refusals at once, writes once durable (filled
     /// by [`HubCore::committed`]).
     pub answers: Vec<(CallId, Result<Answer, crate::proto::ApiError>)>,
+    /// Changes the sync windows of quiet lists gave back (see [`SYNC_WINDOW_QUIET_MS`]):
+    /// memory freed in many small pieces, which the runtime may return to the system.
+    pub window_changes_freed: usize,
 }
 
 /// A list as the runtime loaded it from the store for [`Effects::loads`].
@@ -559,7 +562,7 @@ impl HubCore {
         self.check_presence(now_ms, &mut fx);
         self.roll_up_due(now_ms, &mut fx);
         self.flush_summaries(now_ms, false, &mut fx);
-        self.forget_quiet_windows(now_ms);
+        fx.window_changes_freed += self.forget_quiet_windows(now_ms);
         // One write in the batch is a hub keeping up with its writers (what waits is the
         // acknowledgements of its last fan-out): its news goes out at once.
         let writers: usize = self
