@@ -152,10 +152,20 @@ impl HubProc {
         HubProc::start_with(db, listen, &[])
     }
 
-    /// Starts a hub on `listen` with more `serve` arguments.
+    /// Starts a hub on `listen` with more `serve` arguments. Its log lines go to the
+    /// test's own output, which the harness shows only when the test fails (inherited,
+    /// every hub's lines would bury a failing test's message among the others').
     pub fn start_with(db: &Path, listen: &str, args: &[&str]) -> HubProc {
         let log = std::env::var("SWARMTODO_LOG").unwrap_or_else(|_| "warn".into());
-        HubProc::spawn(db, listen, args, &log, Stdio::inherit())
+        let mut hub = HubProc::spawn(db, listen, args, &log, Stdio::piped());
+        let stderr = BufReader::new(hub.child.stderr.take().unwrap());
+        // A thread spawned here writes into this test's captured output.
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                eprintln!("{line}");
+            }
+        });
+        hub
     }
 
     /// Starts a hub on any free loopback port with more `serve` arguments and the log
