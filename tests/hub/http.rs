@@ -1126,3 +1126,72 @@ async fn a_quiet_event_stream_sends_keep_alive_comments() {
     assert!(body.ends_with("\n\n: keep-alive\n\n"), "{body}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The head of the answer to a raw request (up to its blank line).
+async fn raw_head(hub: &HubProc, request: &str) -> String {
+    let addr = hub.url.trim_start_matches("ws://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(WAIT, s.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&out));
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).to_lowercase()
+}
+
+/// The board is served at `/` with its two files, under a policy that lets the page
+/// load only its own files and talk only to this hub; `/` with an `Upgrade` header is
+/// still the WebSocket handshake (where peers connect), and the head that decides may
+/// come in pieces.
+#[tokio::test]
+async fn the_board_is_served_at_the_root_and_sync_peers_still_connect_there() {
+    let dir = scratch("http-board");
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let (s, page) = http_text(&hub, "GET", "/", &[], "").await;
+    assert_eq!(s, 200);
+    assert!(page.contains(r#"<script src="/board.js""#), "{page}");
+    for asset in ["/board.js", "/board.css"] {
+        let (s, body) = http_text(&hub, "GET", asset, &[], "").await;
+        assert_eq!(s, 200, "{asset}");
+        assert!(body.len() > 1_000, "{asset}: {body}");
+    }
+    let head = raw_head(&hub, "HEAD /?x=1 HTTP/1.1\r\nHost: h\r\n\r\n").await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-type: text/html"), "{head}");
+    assert!(
+        head.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{head}"
+    );
+    let (s, e) = http(&hub, "POST", "/", &[], "").await;
+    assert_eq!((s, e["code"].as_str()), (405, Some("method_not_allowed")));
+    let (s, _) = http(&hub, "GET", "/board.nothing", &[], "").await;
+    assert_eq!(s, 404);
+    // The WebSocket handshake on `/`, its head in two pieces.
+    let addr = hub.url.trim_start_matches("ws://");
+    let mut ws = tokio::net::TcpStream::connect(addr).await.unwrap();
+    ws.write_all(b"GET / HTTP/1.1\r\nHost: h\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    ws.write_all(
+        b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = [0u8; 256];
+    let n = tokio::time::timeout(WAIT, ws.read(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    drop(hub);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -4,6 +4,7 @@
 //! without tokens a caller says who it is in `X-Swarmtodo-Agent`.
 //!
 //! - `GET /healthz`; `GET /metrics` (Prometheus text)
+//! - `GET /` — the board, a page for people (`board.rs`)
 //! - `GET /v1/lists[?after=KEY]` — every list: name, version, tasks by status
 //! - `PUT /v1/lists/{name}` — create (idempotent); `GET /v1/lists/{name}[?version=V]`
 //! - `POST /v1/lists/{name}/todo_write` — a `todo_write` request
@@ -62,13 +63,13 @@ pub(crate) struct Api {
 }
 
 /// A response body: JSON, or an event stream.
-type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+pub(crate) type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
-/// Whether a connection's first request is for the JSON API (its path starts with
-/// `/v1/`, or is `/healthz` or `/metrics`) rather than a WebSocket upgrade, read
-/// without consuming it. `None` when the connection closed or sent nothing recognisable
-/// in time.
-pub(crate) async fn is_api(stream: &TcpStream) -> Option<bool> {
+/// Whether a connection's first request is for HTTP (the JSON API: its path starts with
+/// `/v1/`, or is `/healthz` or `/metrics`; the board: `/board.*`, or `/` without an
+/// `Upgrade` header) rather than a WebSocket upgrade, read without consuming it. `None`
+/// when the connection closed or sent nothing recognisable in time.
+pub(crate) async fn is_http(stream: &TcpStream) -> Option<bool> {
     // "OPTIONS /healthz" is the longest prefix that decides.
     const DECIDES: usize = 24;
     let mut buf = [0u8; DECIDES];
@@ -84,9 +85,16 @@ pub(crate) async fn is_api(stream: &TcpStream) -> Option<bool> {
         let head = &buf[..n];
         if let Some(space) = head.iter().position(|b| *b == b' ') {
             let target = &head[space + 1..];
+            if target.starts_with(b"/ ") || target.starts_with(b"/?") {
+                // `/`: the board, or a WebSocket peer (which connects to `/`).
+                return upgrade_asked(stream, deadline)
+                    .await
+                    .map(|upgrade| !upgrade);
+            }
             let api = target.starts_with(b"/v1/")
                 || target.starts_with(b"/healthz")
-                || target.starts_with(b"/metrics");
+                || target.starts_with(b"/metrics")
+                || target.starts_with(crate::board::PREFIX.as_bytes());
             if api || target.len() >= 8 || head.contains(&b'\n') {
                 return Some(api);
             }
@@ -94,6 +102,38 @@ pub(crate) async fn is_api(stream: &TcpStream) -> Option<bool> {
             return Some(false);
         }
         // The request line came in pieces: wait for the rest.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+    }
+}
+
+/// Whether a request's head (read without consuming it, up to `HTTP_HEAD_BYTES_MAX`)
+/// has an `Upgrade` header. A head that does not end within the bound goes to the
+/// WebSocket handshake, which refuses it as before.
+async fn upgrade_asked(stream: &TcpStream, deadline: tokio::time::Instant) -> Option<bool> {
+    let mut buf = vec![0u8; HTTP_HEAD_BYTES_MAX];
+    loop {
+        let n = tokio::time::timeout_at(deadline, stream.peek(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        let head = &buf[..n];
+        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(
+                head[..end]
+                    .split(|b| *b == b'\n')
+                    .skip(1)
+                    .any(|line| line.len() > 8 && line[..8].eq_ignore_ascii_case(b"upgrade:")),
+            );
+        }
+        if n == buf.len() {
+            return Some(true);
+        }
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         if tokio::time::Instant::now() >= deadline {
             return None;
@@ -224,6 +264,7 @@ fn method_not_allowed(allowed: &[&str]) -> ApiError {
 
 /// What a path asks, before the method is checked.
 enum Route {
+    Board(&'static crate::board::Asset),
     Health,
     Metrics,
     Lists,
@@ -237,6 +278,9 @@ enum Route {
 }
 
 fn route(path: &str) -> Result<Route, ApiError> {
+    if let Some(asset) = crate::board::asset(path) {
+        return Ok(Route::Board(asset));
+    }
     if path == "/healthz" {
         return Ok(Route::Health);
     }
@@ -250,7 +294,7 @@ fn route(path: &str) -> Result<Route, ApiError> {
         error(
             ErrorCode::NotFound,
             None,
-            format!("no such path {path:?}: the API has /healthz, /metrics, /v1/lists, /v1/lists/{{name}}, and under it /todo_write, /claim, /delegate, /wait, /events and /tasks/{{id}}/history"),
+            format!("no such path {path:?}: the hub serves its board at /, and the API has /healthz, /metrics, /v1/lists, /v1/lists/{{name}}, and under it /todo_write, /claim, /delegate, /wait, /events and /tasks/{{id}}/history"),
         )
     };
     let rest = path.strip_prefix("/v1/lists/").ok_or_else(not_found)?;
@@ -305,6 +349,10 @@ impl Api {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
         let answered = match route(&path) {
+            Ok(Route::Board(asset)) if method == Method::GET || method == Method::HEAD => {
+                Ok(crate::board::response(asset, method == Method::HEAD))
+            }
+            Ok(Route::Board(_)) => Err(method_not_allowed(&["GET", "HEAD"])),
             Ok(Route::Events(name)) if method == Method::GET && self.admitted => {
                 self.events(&req, name).await
             }
@@ -365,6 +413,7 @@ impl Api {
             (Route::Health | Route::Metrics | Route::Lists, _) => {
                 return Err(method_not_allowed(&["GET"]))
             }
+            (Route::Board(_), _) => return Err(method_not_allowed(&["GET", "HEAD"])),
             (Route::List(name), &Method::GET) => {
                 let version = query_value(req.uri().query(), "version")?.map(Version);
                 (name, Call::Read(version))

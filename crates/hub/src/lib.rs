@@ -10,6 +10,7 @@
 //! - [`memory`]: a counting allocator for memory measurements.
 
 mod access;
+mod board;
 mod channel;
 pub mod config;
 pub mod http;

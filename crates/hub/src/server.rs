@@ -168,7 +168,7 @@ pub async fn run(
                 let history_reads = history_reads.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
-                    match crate::http::is_api(&stream).await {
+                    match crate::http::is_http(&stream).await {
                         Some(true) => {
                             let api = crate::http::Api {
                                 to_hub: conn.to_hub,
