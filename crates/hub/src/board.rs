@@ -1,11 +1,11 @@
 //! The board: a page for the people watching a swarm, served on the hub's port at `/`
-//! (HTML, CSS and JavaScript in `crates/hub/board/`, compiled into the binary; nothing
+//! (HTML, CSS and JavaScript in `crates/hub/web/`, compiled into the binary; nothing
 //! is fetched from elsewhere). It is a client of the JSON API like any other: the list
 //! index, each list's event stream (resumed from its last event id after a reconnect),
 //! and the same calls, with the same checks, for what a lead does from it. The page
 //! itself carries no data: it is served to anyone who can reach the port.
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::header::{
     HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
@@ -28,17 +28,17 @@ const ASSETS: [Asset; 3] = [
     Asset {
         path: "/",
         content_type: "text/html; charset=utf-8",
-        body: include_str!("../board/index.html"),
+        body: include_str!("../web/index.html"),
     },
     Asset {
         path: "/board.css",
         content_type: "text/css; charset=utf-8",
-        body: include_str!("../board/board.css"),
+        body: include_str!("../web/board.css"),
     },
     Asset {
         path: "/board.js",
         content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../board/board.js"),
+        body: include_str!("../web/board.js"),
     },
 ];
 
@@ -53,9 +53,9 @@ const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
                       form-action 'none'; frame-ancestors 'none'";
 
 /// The asset's response (`HEAD`: the headers alone).
-pub(crate) fn response(asset: &Asset, head: bool) -> Response<crate::http::Body> {
+pub(crate) fn response(asset: &Asset, head: bool) -> Response<Full<Bytes>> {
     let body = if head { "" } else { asset.body };
-    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed_unsync());
+    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(asset.content_type));
     h.insert(CONTENT_LENGTH, HeaderValue::from(asset.body.len()));

@@ -63,7 +63,7 @@ pub(crate) struct Api {
 }
 
 /// A response body: JSON, or an event stream.
-pub(crate) type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
 /// Whether a connection's first request is for HTTP (the JSON API: its path starts with
 /// `/v1/`, or is `/healthz` or `/metrics`; the board: `/board.*`, or `/` without an
@@ -349,9 +349,9 @@ impl Api {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
         let answered = match route(&path) {
-            Ok(Route::Board(asset)) if method == Method::GET || method == Method::HEAD => {
-                Ok(crate::board::response(asset, method == Method::HEAD))
-            }
+            Ok(Route::Board(asset)) if method == Method::GET || method == Method::HEAD => Ok(
+                crate::board::response(asset, method == Method::HEAD).map(BodyExt::boxed_unsync),
+            ),
             Ok(Route::Board(_)) => Err(method_not_allowed(&["GET", "HEAD"])),
             Ok(Route::Events(name)) if method == Method::GET && self.admitted => {
                 self.events(&req, name).await

@@ -118,15 +118,23 @@ async function loadLists() {
     after = data.next;
   }
   ul.replaceChildren(...items.map((l) => {
-    const key = l.name ?? l.document;
     const c = l.tasks || {};
     const total = STATUSES.reduce((n, s) => n + (c[s] || 0), 0);
-    const a = el("a");
-    a.href = `#list=${enc(key)}`;
-    a.dataset.list = key;
-    a.append(el("span", "name", key), el("span", "sum", `${c.completed || 0} of ${total} done, ${c.in_progress || 0} in progress`));
-    if (key === state.list) a.setAttribute("aria-current", "true");
+    const sum = el("span", "sum", `${c.completed || 0} of ${total} done, ${c.in_progress || 0} in progress`);
     const li = el("li");
+    if (l.name === null || l.name === undefined) {
+      // Made by a sync peer and never named by a call: the API reaches lists by name.
+      const d = el("span", "unnamed");
+      d.title = "a list made by a sync peer that no call has named yet: the board opens lists by name";
+      d.append(el("span", "name", l.document), sum);
+      li.append(d);
+      return li;
+    }
+    const a = el("a");
+    a.href = `#list=${enc(l.name)}`;
+    a.dataset.list = l.name;
+    a.append(el("span", "name", l.name), sum);
+    if (l.name === state.list) a.setAttribute("aria-current", "true");
     li.append(a);
     return li;
   }));
@@ -433,7 +441,7 @@ function renderCounts() {
 }
 
 function ago(ms) {
-  if (!ms) return "not yet";
+  if (!ms) return "";
   const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
   if (s < 60) return `${s} s ago`;
   if (s < 3600) return `${Math.round(s / 60)} min ago`;
@@ -460,7 +468,7 @@ function renderAgents() {
       el("div", "holds", held.length
         ? `holds ${held.map((t) => t.status === "in_progress" ? `${t.id} (in progress)` : t.id).join(", ")}`
         : "holds nothing"),
-      el("div", "seen", `last spoke ${ago(a.lastMs)}${working.length > 1 ? " \u00b7 more than one in progress" : ""}`),
+      el("div", "seen", `${a.lastMs ? `last spoke ${ago(a.lastMs)}` : "not heard from on this list"}${working.length > 1 ? " \u00b7 more than one in progress" : ""}`),
     );
     return li;
   }));
