@@ -8,6 +8,7 @@ mod common;
 
 mod auth;
 mod bad_input;
+mod board;
 mod cli;
 mod delegation;
 mod e2e;

@@ -14,6 +14,7 @@ const REFETCH_WAIT_MAX_MS = 2000; // ...at the latest this long after the first
 const RECONNECT_MIN_MS = 500; // the stream reconnects after this, doubling...
 const RECONNECT_MAX_MS = 10000; // ...up to this
 const TOAST_MS = 6000;
+const HUB_AGENT = "swarmtodo-hub"; // the agent of the hub's own changes (repairs, releases)
 
 // Status order of the burndown, bottom to top, and of the counts.
 const STATUSES = ["completed", "cancelled", "in_progress", "blocked", "pending"];
@@ -263,7 +264,7 @@ function event(e) {
       break;
     }
     case "violation":
-      note(e, `${e.rule}: ${e.message}` + (e.resolution ? ` (${e.resolution})` : ""), e.agents);
+      note(e, `${e.rule}: ${e.message}${resolutionText(e.resolution)}`, e.agents);
       break;
     case "conflict":
       note(e, `${e.task}.${e.field}: ${(e.agents || []).join(", ")} wrote at once; ${valueText(e.winner)} won`, e.agents);
@@ -300,6 +301,12 @@ function event(e) {
       note(e, e.kind);
   }
   renderSoon();
+}
+
+function resolutionText(r) {
+  if (!r) return "";
+  if (r.kind === "repaired") return ` \u2014 repaired: ${r.how}`;
+  return ` \u2014 ${r.kind}`;
 }
 
 function valueText(v) {
@@ -435,6 +442,9 @@ function row(t, i) {
 function renderCounts() {
   const c = zeroCounts();
   for (const t of state.tasks) c[t.status] = (c[t.status] || 0) + 1;
+  // The chosen list's line in the index follows it live (the others as last read).
+  const sum = state.list && document.querySelector(`#lists a[data-list="${CSS.escape(state.list)}"] .sum`);
+  if (sum && state.firstSnapshot) sum.textContent = `${c.completed} of ${state.tasks.length} done, ${c.in_progress} in progress`;
   $("#counts").textContent = state.list
     ? `${c.completed} of ${state.tasks.length} done \u00b7 ${c.in_progress} in progress \u00b7 ${c.blocked} blocked \u00b7 ${c.cancelled} cancelled`
     : "";
@@ -464,7 +474,7 @@ function renderAgents() {
     const held = holds.get(name) || [];
     const working = held.filter((t) => t.status === "in_progress");
     li.append(
-      el("div", "name", name),
+      el("div", "name", name === HUB_AGENT ? `${name} (the authority: its repairs)` : name),
       el("div", "holds", held.length
         ? `holds ${held.map((t) => t.status === "in_progress" ? `${t.id} (in progress)` : t.id).join(", ")}`
         : "holds nothing"),
