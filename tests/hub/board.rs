@@ -210,7 +210,7 @@ fn out_dir() -> PathBuf {
 /// appears on its own (the latency is measured and reported, bounded at 5 s); a
 /// worker's write to the lead's task is refused with `forbidden` and its `ownership`
 /// violation shows in the timeline; the claim button claims as the token's agent (the
-/// hub says so over HTTP); a live page starts no request while nothing happens (no
+/// hub says so over HTTP), a key completes a task, buttons cancel and move one; a live page starts no request while nothing happens (no
 /// polling); after the hub dies and comes back on the same port and data, the page
 /// resumes — a new write appears, no row is doubled, no event shown twice, and
 /// `window.board.lastSeq` never goes back. Then 5,000 tasks: rendered in a fresh tab
@@ -371,6 +371,45 @@ async fn the_board_shows_a_live_list_acts_as_its_lead_and_shows_5000_tasks() {
     );
     b.wait("board", "#timeline .event[data-kind=\"claimed\"]")
         .await;
+    // By keyboard: the fifth task (t5, the lead's) completed; by its buttons, t6
+    // cancelled and moved up, before t5.
+    b.ask(json!({"cmd": "keys", "page": "board", "keys": ["Home", "j", "j", "j", "j", "d"]}))
+        .await;
+    b.wait(
+        "board",
+        "#tasks .task[data-id=\"t5\"][data-status=\"completed\"]",
+    )
+    .await;
+    b.ask(json!({"cmd": "click", "page": "board", "id": "t6", "action": "cancel"}))
+        .await;
+    b.wait(
+        "board",
+        "#tasks .task[data-id=\"t6\"][data-status=\"cancelled\"]",
+    )
+    .await;
+    b.ask(json!({"cmd": "click", "page": "board", "id": "t6", "action": "up"}))
+        .await;
+    b.wait("board", "#tasks .task[data-id=\"t6\"][data-index=\"4\"]")
+        .await;
+    let list = read_list(&hub, "board").await;
+    let seen: Vec<(&str, &str)> = list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["id"].as_str().unwrap(), t["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("t1", "in_progress"),
+            ("t2", "in_progress"),
+            ("t3", "completed"),
+            ("t4", "pending"),
+            ("t6", "cancelled"),
+            ("t5", "completed"),
+        ],
+        "the hub's list after the page's keys and buttons"
+    );
     let state = b.ask(json!({"cmd": "state", "page": "board"})).await;
     assert_eq!(state["toast"], Value::Null, "an error shown: {state}");
 

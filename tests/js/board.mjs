@@ -21,6 +21,7 @@
 //   written    {page, id, sent_at, written_at}  the test wrote task id (epoch ms: request
 //              sent, answer received); waits for the row → {ms_from_written, ms_from_sent}
 //   click      {page, id, action}    clicks the row's button[data-action=ACTION]
+//   keys       {page, keys: [key]}   focuses #tasks and presses each key (playwright names)
 //   idle       {page, ms, settle_ms?}  once the page has started no request for settle_ms
 //              (default 2,500), counts those it starts in ms → {requests, urls, settle_ms,
 //              while_settling: [url]}
@@ -205,6 +206,13 @@ const commands = {
       await button.click({ timeout: timeout_ms });
     });
     return { dialogs: t.dialogs };
+  },
+
+  async keys({ page: name, keys }) {
+    const t = tab(name);
+    await t.page.focus("#tasks");
+    for (const key of keys) await t.page.keyboard.press(key);
+    return {};
   },
 
   async idle({ page: name, ms, settle_ms = 2500, timeout_ms = WAIT_MS }) {

@@ -474,7 +474,7 @@ function renderAgents() {
     const held = holds.get(name) || [];
     const working = held.filter((t) => t.status === "in_progress");
     li.append(
-      el("div", "name", name === HUB_AGENT ? `${name} (the authority: its repairs)` : name),
+      el("div", "name", name === HUB_AGENT ? `${name} (authority)` : name),
       el("div", "holds", held.length
         ? `holds ${held.map((t) => t.status === "in_progress" ? `${t.id} (in progress)` : t.id).join(", ")}`
         : "holds nothing"),
