@@ -410,6 +410,12 @@ async fn the_board_shows_a_live_list_acts_as_its_lead_and_shows_5000_tasks() {
         ],
         "the hub's list after the page's keys and buttons"
     );
+    // The burndown ends at the list as it is.
+    b.wait(
+        "board",
+        "#burndown svg[aria-label$=\"now 2 completed, 1 cancelled, 2 in progress, 0 blocked, 1 pending\"]",
+    )
+    .await;
     let state = b.ask(json!({"cmd": "state", "page": "board"})).await;
     assert_eq!(state["toast"], Value::Null, "an error shown: {state}");
 

@@ -806,6 +806,16 @@ async fn an_event_stream_resumed_with_last_event_id_has_every_event_once() {
     })
     .await;
     assert_eq!(from_query[0], 8);
+    // `?tail=` starts that many events back from the last one stored.
+    let last = *seen.last().unwrap();
+    let (tail, _) = follow(&hub, "/v1/lists/stream/events?tail=3", None, |s| {
+        s.len() >= 3
+    })
+    .await;
+    assert_eq!(tail, vec![tail[0], tail[0] + 1, tail[0] + 2]);
+    assert!(tail[0] + 2 >= last, "{tail:?} after {last}");
+    let (s, e) = http(&hub, "GET", "/v1/lists/stream/events?tail=x", &[], "").await;
+    assert_eq!((s, e["field"].as_str()), (400, Some("tail")));
     let (s, e) = http(&hub, "GET", "/v1/lists/nowhere/events", &[], "").await;
     assert_eq!((s, e["code"].as_str()), (404, Some("unknown_list")));
     drop(hub);

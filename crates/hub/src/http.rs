@@ -15,7 +15,7 @@
 //! - `GET /v1/lists/{name}/wait?version=V&timeout_ms=T` — a barrier on a version
 //! - `GET /v1/lists/{name}/tasks/{id}/history[?limit=N]` — the changes to a task
 //! - `GET /v1/lists/{name}/events?from=SEQ` — Server-Sent Events (`Last-Event-ID`
-//!   resumes), see `stream.rs`
+//!   resumes; `?tail=N` starts N events back), see `stream.rs`
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -532,7 +532,7 @@ impl Api {
 
     /// An event stream: subscribed to the list's live events first, then its snapshot
     /// read, then the store's events from where the reader resumes (`Last-Event-ID`,
-    /// else `?from=`, else the beginning).
+    /// else `?from=`, else the last `?tail=` events, else the beginning).
     async fn events(
         &self,
         req: &Request<Incoming>,
@@ -544,9 +544,9 @@ impl Api {
             Some(id) => Some(id),
             None => query_value(req.uri().query(), "from")?,
         };
-        let from: u64 = match from {
-            None => 0,
-            Some(s) => s.trim().parse().map_err(|_| {
+        let from: Option<u64> = match from {
+            None => None,
+            Some(s) => Some(s.trim().parse().map_err(|_| {
                 error(
                     ErrorCode::InvalidValue,
                     Some("from"),
@@ -554,7 +554,17 @@ impl Api {
                         "{s:?} is not an event seq: use the `id` of the last event you received"
                     ),
                 )
-            })?,
+            })?),
+        };
+        let tail: Option<u64> = match query_value(req.uri().query(), "tail")? {
+            None => None,
+            Some(s) => Some(s.trim().parse().map_err(|_| {
+                error(
+                    ErrorCode::InvalidValue,
+                    Some("tail"),
+                    format!("{s:?} is not a number of events"),
+                )
+            })?),
         };
         let (reply, live) = oneshot::channel();
         self.to_hub
@@ -568,6 +578,24 @@ impl Api {
                 None,
                 "a read answered with a write",
             ));
+        };
+        let from = match (from, tail) {
+            (Some(from), _) => from,
+            (None, None) => 0,
+            // Read after the subscription: what is committed meanwhile comes both ways,
+            // and the stream sends each event once.
+            (None, Some(tail)) => self
+                .store
+                .last_event_seq(swarmtodo_store::persist::doc_id(&doc))
+                .await
+                .map_err(|e| {
+                    error(
+                        ErrorCode::Internal,
+                        None,
+                        format!("the store could not read the list's events ({e}): retry"),
+                    )
+                })?
+                .saturating_sub(tail),
         };
         let body = crate::stream::sse(self.store.clone(), doc, from, snapshot, live);
         let mut r = Response::new(body.boxed_unsync());

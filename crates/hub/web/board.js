@@ -7,6 +7,7 @@
 const ROW_PX = 34; // height of a task row (board.css --row)
 const ROWS_OVERSCAN = 12; // rows drawn beyond the visible ones, each side
 const TIMELINE_MAX = 500; // timeline entries kept (the newest)
+const HISTORY_EVENTS = 20000; // events read back when a list is opened (timeline, burndown)
 const BURN_POINTS_MAX = 2000; // burndown points kept (halved when over)
 const LIST_PAGES_MAX = 20; // pages of the list index read (1,000 lists a page)
 const REFETCH_DEBOUNCE_MS = 250; // a burst of reorders or new tasks reads the list once
@@ -39,12 +40,24 @@ const state = {
   lastSeq: 0,
   timeline: [],
   agents: new Map(), // agent -> {lastMs, present}
-  burn: [], // {at, c: {status: n}}
-  running: zeroCounts(),
+  burn: [], // {at, d: {status: change}}: what each tasks_changed did to the counts
   firstSnapshot: false,
 };
 // Exposed for people at the console and for the page's own tests.
 window.board = { firstRenderMs: null, lastSeq: 0, state };
+
+// Half as many burndown steps: each pair of changes as one, at the later one's time.
+function coarser(burn) {
+  const out = [];
+  for (let i = 0; i < burn.length; i += 2) {
+    const b = burn[i + 1];
+    if (!b) { out.push(burn[i]); break; }
+    const d = { ...burn[i].d };
+    for (const [s, n] of Object.entries(b.d)) d[s] = (d[s] || 0) + n;
+    out.push({ at: b.at, d });
+  }
+  return out;
+}
 
 function zeroCounts() {
   return Object.fromEntries(STATUSES.map((s) => [s, 0]));
@@ -159,8 +172,9 @@ async function follow(list, gen) {
     setStream("connecting");
     try {
       const h = headers(false);
+      // Resumed after the last event seen; the first time, the latest HISTORY_EVENTS.
       if (state.lastSeq > 0) h["Last-Event-ID"] = String(state.lastSeq);
-      const res = await fetch(`/v1/lists/${enc(list)}/events`, { headers: h, signal: abort.signal, cache: "no-store" });
+      const res = await fetch(`/v1/lists/${enc(list)}/events?tail=${HISTORY_EVENTS}`, { headers: h, signal: abort.signal, cache: "no-store" });
       if (!res.ok) {
         const e = await res.json().catch(() => null);
         toast(e && e.code ? `${e.code}: ${e.message}` : `the event stream answered HTTP ${res.status}`);
@@ -245,9 +259,10 @@ function event(e) {
     case "tasks_changed": {
       for (const a of e.agents || []) seen(a, at);
       let reorder = false;
+      const d = {};
       for (const tc of e.tasks || []) {
-        if (tc.before) state.running[tc.before.status] = Math.max(0, (state.running[tc.before.status] || 0) - 1);
-        if (tc.after) state.running[tc.after.status] = (state.running[tc.after.status] || 0) + 1;
+        if (tc.before) d[tc.before.status] = (d[tc.before.status] || 0) - 1;
+        if (tc.after) d[tc.after.status] = (d[tc.after.status] || 0) + 1;
         if (!tc.after) {
           removeTask(tc.task);
         } else if (state.byId.has(tc.task)) {
@@ -258,8 +273,8 @@ function event(e) {
           reorder = true; // where a new task stands: the list says
         }
       }
-      state.burn.push({ at, c: { ...state.running } });
-      if (state.burn.length > BURN_POINTS_MAX) state.burn = state.burn.filter((_, i) => i % 2 === 0);
+      state.burn.push({ at, d });
+      if (state.burn.length > BURN_POINTS_MAX) state.burn = coarser(state.burn);
       if (reorder) refetchSoon();
       break;
     }
@@ -516,7 +531,16 @@ function renderBurndown() {
   burnDrawn = now;
   const nowCounts = zeroCounts();
   for (const t of state.tasks) nowCounts[t.status] = (nowCounts[t.status] || 0) + 1;
-  const points = [...state.burn, { at: now, c: nowCounts }];
+  // Backwards from the list as it is: right however far back the events go.
+  const points = [{ at: now, c: nowCounts }];
+  let c = { ...nowCounts };
+  for (let i = state.burn.length - 1; i >= 0; i--) {
+    const { at, d } = state.burn[i];
+    points.push({ at, c: { ...c } });
+    for (const [s, n] of Object.entries(d)) c[s] = Math.max(0, (c[s] || 0) - n);
+    if (i === 0) points.push({ at, c: { ...c } });
+  }
+  points.reverse();
   const W = 340, H = 120;
   const t0 = points[0].at, t1 = Math.max(now, t0 + 1);
   const max = Math.max(1, ...points.map((p) => STATUSES.reduce((n, s) => n + (p.c[s] || 0), 0)));
@@ -600,7 +624,7 @@ function choose(list) {
   if (streamAbort) streamAbort.abort();
   Object.assign(state, {
     list, tasks: [], byId: new Map(), selected: 0, lastSeq: 0, timeline: [],
-    agents: new Map(), burn: [], running: zeroCounts(), firstSnapshot: false,
+    agents: new Map(), burn: [], firstSnapshot: false,
   });
   timelineDirty = true;
   burnDrawn = 0;

@@ -329,6 +329,16 @@ impl Db {
         }))
     }
 
+    /// The `seq` of list `doc`'s last event (0: none yet).
+    pub fn last_event_seq(&self, doc: DocId) -> Result<u64, StoreError> {
+        let list = list_id(&self.conn, doc)?;
+        let last: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT MAX(seq) FROM events WHERE list_id = ?1")?
+            .query_row(params![list], |r| r.get(0))?;
+        Ok(last.map_or(Ok(0), |s| unsigned(s, 0))?)
+    }
+
     /// The events after `after_seq` in `seq` order, at most `limit` of them (and never
     /// more than [`EVENTS_PAGE_MAX`]). Paging with the last `seq` returned resumes with
     /// no gap and no duplicate.

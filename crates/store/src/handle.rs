@@ -190,6 +190,11 @@ impl Store {
             .await
     }
 
+    /// [`Db::last_event_seq`].
+    pub async fn last_event_seq(&self, doc: DocId) -> Result<u64, StoreError> {
+        self.call(move |db| db.last_event_seq(doc)).await
+    }
+
     /// [`Db::lists`].
     pub async fn lists(
         &self,
