@@ -210,7 +210,8 @@ fn out_dir() -> PathBuf {
 /// appears on its own (the latency is measured and reported, bounded at 5 s); a
 /// worker's write to the lead's task is refused with `forbidden` and its `ownership`
 /// violation shows in the timeline; the claim button claims as the token's agent (the
-/// hub says so over HTTP), a key completes a task, buttons cancel and move one; a live page starts no request while nothing happens (no
+/// hub says so over HTTP), a key completes a task, buttons cancel and move one; filters by status and text show
+/// only their tasks (a move under a filter is refused with a message); a live page starts no request while nothing happens (no
 /// polling); after the hub dies and comes back on the same port and data, the page
 /// resumes — a new write appears, no row is doubled, no event shown twice, and
 /// `window.board.lastSeq` never goes back. Then 5,000 tasks: rendered in a fresh tab
@@ -418,6 +419,30 @@ async fn the_board_shows_a_live_list_acts_as_its_lead_and_shows_5000_tasks() {
     .await;
     let state = b.ask(json!({"cmd": "state", "page": "board"})).await;
     assert_eq!(state["toast"], Value::Null, "an error shown: {state}");
+    // Filters: the tasks in progress, then those whose text says "parser" (a filter's
+    // rows are the only ones drawn; moving needs the whole list and says so), then all.
+    b.ask(json!({"cmd": "press", "page": "board", "selector": "#filter button[data-filter=\"in_progress\"]"}))
+        .await;
+    b.wait("board", "body[data-shown=\"2\"][data-tasks=\"6\"]")
+        .await;
+    b.ask(json!({"cmd": "fill", "page": "board", "selector": "#search", "text": "parser"}))
+        .await;
+    b.wait(
+        "board",
+        "body[data-shown=\"1\"] #tasks .task[data-id=\"t1\"]",
+    )
+    .await;
+    b.ask(json!({"cmd": "click", "page": "board", "id": "t1", "action": "up"}))
+        .await;
+    b.ask(json!({"cmd": "wait", "page": "board", "selector": "#toast", "text": "whole list"}))
+        .await;
+    b.ask(json!({"cmd": "fill", "page": "board", "selector": "#search", "text": ""}))
+        .await;
+    b.ask(
+        json!({"cmd": "press", "page": "board", "selector": "#filter button[data-filter=\"all\"]"}),
+    )
+    .await;
+    b.wait("board", "body[data-shown=\"6\"]").await;
 
     // 6. Nothing happens: the page asks nothing (it is told, it does not poll). What the
     // last events still cause (the page reads the list once, a moment after a new task,

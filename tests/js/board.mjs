@@ -22,6 +22,8 @@
 //              sent, answer received); waits for the row → {ms_from_written, ms_from_sent}
 //   click      {page, id, action}    clicks the row's button[data-action=ACTION]
 //   keys       {page, keys: [key]}   focuses #tasks and presses each key (playwright names)
+//   press      {page, selector}      clicks the element
+//   fill       {page, selector, text}  types text into the input (replacing what it held)
 //   idle       {page, ms, settle_ms?}  once the page has started no request for settle_ms
 //              (default 2,500), counts those it starts in ms → {requests, urls, settle_ms,
 //              while_settling: [url]}
@@ -206,6 +208,18 @@ const commands = {
       await button.click({ timeout: timeout_ms });
     });
     return { dialogs: t.dialogs };
+  },
+
+  async press({ page: name, selector, timeout_ms = WAIT_MS }) {
+    const t = tab(name);
+    await awaiting(t, `a click on ${selector}`, () => t.page.click(selector, { timeout: timeout_ms }));
+    return {};
+  },
+
+  async fill({ page: name, selector, text, timeout_ms = WAIT_MS }) {
+    const t = tab(name);
+    await awaiting(t, `typing into ${selector}`, () => t.page.fill(selector, text, { timeout: timeout_ms }));
+    return {};
   },
 
   async keys({ page: name, keys }) {

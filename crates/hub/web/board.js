@@ -36,7 +36,10 @@ const state = {
   list: null,
   tasks: [], // in list order
   byId: new Map(),
-  selected: 0,
+  selected: 0, // in `view`
+  view: [], // the tasks shown: all of them, or those the filter keeps
+  filter: "all",
+  search: "",
   lastSeq: 0,
   timeline: [],
   agents: new Map(), // agent -> {lastMs, present}
@@ -61,6 +64,30 @@ function coarser(burn) {
 
 function zeroCounts() {
   return Object.fromEntries(STATUSES.map((s) => [s, 0]));
+}
+
+// Which tasks a filter keeps (a list of thousands, read for what needs an eye).
+const FILTERS = {
+  all: () => true,
+  open: (t) => t.status !== "completed" && t.status !== "cancelled",
+  in_progress: (t) => t.status === "in_progress",
+  waiting: (t) => t.status === "blocked" || openDeps(t).length > 0,
+};
+
+function openDeps(t) {
+  return (t.blocked_by || []).filter((d) => { const x = state.byId.get(d); return !x || x.status !== "completed"; });
+}
+
+function filtered() {
+  return state.filter === "all" && !state.search;
+}
+
+function computeView() {
+  if (filtered()) return state.tasks;
+  const keep = FILTERS[state.filter] || FILTERS.all;
+  const q = state.search.toLowerCase();
+  return state.tasks.filter((t) => keep(t) && (!q || [t.id, t.content, t.active_form, t.owner]
+    .some((f) => f && f.toLowerCase().includes(q))));
 }
 
 // ---- who the page acts as -------------------------------------------------------
@@ -344,7 +371,6 @@ function blankTask() {
 function setTasks(tasks) {
   state.tasks = tasks;
   state.byId = new Map(tasks.map((t) => [t.id, t]));
-  state.selected = Math.min(state.selected, Math.max(0, tasks.length - 1));
   renderSoon();
 }
 
@@ -356,7 +382,6 @@ function addTask(t) {
 function removeTask(id) {
   if (!state.byId.delete(id)) return;
   state.tasks = state.tasks.filter((t) => t.id !== id);
-  state.selected = Math.min(state.selected, Math.max(0, state.tasks.length - 1));
 }
 
 // The list's order is in its snapshot, not in the events: a burst of new or moved tasks
@@ -393,6 +418,7 @@ function renderNow() {
   if (timelineDirty) renderTimeline();
   renderBurndown();
   document.body.dataset.tasks = String(state.tasks.length);
+  document.body.dataset.shown = String(state.view.length);
 }
 
 // Only the rows near the viewport are in the page: a list of thousands scrolls as one
@@ -400,14 +426,16 @@ function renderNow() {
 function renderTasks() {
   const box = $("#tasks");
   const space = $("#tasks-space");
-  const n = state.tasks.length;
+  state.view = computeView();
+  state.selected = Math.min(state.selected, Math.max(0, state.view.length - 1));
+  const n = state.view.length;
   space.style.height = `${n * ROW_PX}px`;
   const first = Math.max(0, Math.floor(box.scrollTop / ROW_PX) - ROWS_OVERSCAN);
   const last = Math.min(n, Math.ceil((box.scrollTop + box.clientHeight) / ROW_PX) + ROWS_OVERSCAN);
   const rows = [];
-  for (let i = first; i < last; i++) rows.push(row(state.tasks[i], i));
+  for (let i = first; i < last; i++) rows.push(row(state.view[i], i));
   space.replaceChildren(...rows);
-  const sel = state.tasks[state.selected];
+  const sel = state.view[state.selected];
   if (sel) box.setAttribute("aria-activedescendant", `task-${state.selected}`);
   else box.removeAttribute("aria-activedescendant");
 }
@@ -428,7 +456,7 @@ function row(t, i) {
   if (t.priority === "high" || t.priority === "low") r.append(el("span", "prio", t.priority));
   const deps = t.blocked_by || [];
   if (deps.length) {
-    const open = deps.filter((d) => { const x = state.byId.get(d); return !x || x.status !== "completed"; });
+    const open = openDeps(t);
     const d = el("span", `deps${open.length ? " open" : ""}`, `after ${deps.join(", ")}`);
     d.title = open.length ? `waits for ${open.join(", ")}` : "every task it waits for is done";
     r.append(d);
@@ -583,7 +611,7 @@ function renderBurndown() {
 // ---- acting on a task (a lead, with a token; the hub checks every call) ----------
 
 async function act(action, i) {
-  const t = state.tasks[i];
+  const t = state.view[i];
   if (!t || !state.list) return;
   const path = `/v1/lists/${enc(state.list)}`;
   const upsert = (status) => ({
@@ -603,6 +631,10 @@ async function act(action, i) {
     case "cancel": answer = await call("POST", `${path}/todo_write`, upsert("cancelled")); break;
     case "up":
     case "down": {
+      if (!filtered()) {
+        toast("moving a task needs the whole list in view: show all, without a filter text");
+        return;
+      }
       const to = action === "up" ? i - 1 : i + 1;
       if (to < 0 || to >= state.tasks.length) return;
       const after = action === "up" ? (i >= 2 ? state.tasks[i - 2].id : undefined) : state.tasks[i + 1].id;
@@ -623,7 +655,7 @@ function choose(list) {
   streamGen += 1;
   if (streamAbort) streamAbort.abort();
   Object.assign(state, {
-    list, tasks: [], byId: new Map(), selected: 0, lastSeq: 0, timeline: [],
+    list, tasks: [], byId: new Map(), selected: 0, view: [], lastSeq: 0, timeline: [],
     agents: new Map(), burn: [], firstSnapshot: false,
   });
   timelineDirty = true;
@@ -639,8 +671,17 @@ function choose(list) {
   else setStream("down");
 }
 
+function setFilter(f) {
+  state.filter = f;
+  state.selected = 0;
+  for (const b of document.querySelectorAll("#filter button[data-filter]")) {
+    b.setAttribute("aria-pressed", String(b.dataset.filter === f));
+  }
+  renderSoon();
+}
+
 function select(i) {
-  const n = state.tasks.length;
+  const n = state.view.length;
   if (n === 0) return;
   state.selected = Math.max(0, Math.min(n - 1, i));
   const box = $("#tasks");
@@ -657,14 +698,15 @@ function keys(e) {
     ArrowDown: () => select(state.selected + 1), j: () => select(state.selected + 1),
     ArrowUp: () => select(state.selected - 1), k: () => select(state.selected - 1),
     PageDown: () => select(state.selected + page), PageUp: () => select(state.selected - page),
-    Home: () => select(0), End: () => select(state.tasks.length - 1),
+    Home: () => select(0), End: () => select(state.view.length - 1),
     c: () => act("claim", state.selected), d: () => act("complete", state.selected),
     x: () => act("cancel", state.selected), "[": () => act("up", state.selected),
     "]": () => act("down", state.selected), r: () => loadLists(),
+    "/": () => $("#search").focus(),
   };
   const f = map[e.key];
   if (!f || e.ctrlKey || e.metaKey || e.altKey) return;
-  if (e.target === document.body || e.target.closest("#tasks") || e.key === "r") {
+  if (e.target === document.body || e.target.closest("#tasks") || e.key === "r" || e.key === "/") {
     e.preventDefault();
     f();
   }
@@ -682,6 +724,18 @@ function start() {
   });
   $("#agent").addEventListener("change", (e) => localStorage.setItem("swarmtodo.agent", e.target.value.trim()));
   $("#refresh-lists").addEventListener("click", loadLists);
+  for (const b of document.querySelectorAll("#filter button[data-filter]")) {
+    b.addEventListener("click", () => setFilter(b.dataset.filter));
+  }
+  $("#search").addEventListener("input", (e) => {
+    state.search = e.target.value.trim();
+    state.selected = 0;
+    renderSoon();
+  });
+  $("#search").addEventListener("keydown", (e) => {
+    if (e.key === "Escape") { e.target.value = ""; state.search = ""; $("#tasks").focus(); renderSoon(); }
+    if (e.key === "Enter") { e.preventDefault(); $("#tasks").focus(); }
+  });
   $("#tasks").addEventListener("scroll", renderSoon, { passive: true });
   $("#tasks").addEventListener("click", (e) => {
     const r = e.target.closest(".task");
