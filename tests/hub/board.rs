@@ -114,6 +114,18 @@ impl Browser {
         self.ask(json!({"cmd": "wait", "page": page, "selector": selector}))
             .await
     }
+
+    /// Waits until task `id`'s row on the board shows `status`.
+    async fn row_status(&mut self, id: &str, status: &str) {
+        let selector = format!("#tasks .task[data-id=\"{id}\"][data-status=\"{status}\"]");
+        self.wait("board", &selector).await;
+    }
+
+    /// Clicks the `action` button of task `id`'s row on the board.
+    async fn click(&mut self, id: &str, action: &str) {
+        self.ask(json!({"cmd": "click", "page": "board", "id": id, "action": action}))
+            .await;
+    }
 }
 
 impl Drop for Browser {
@@ -273,16 +285,8 @@ async fn the_board_shows_a_live_list_acts_as_its_lead_and_shows_5000_tasks() {
         b.wait("board", &format!("#tasks .task[data-id=\"{id}\"]"))
             .await;
     }
-    b.wait(
-        "board",
-        "#tasks .task[data-id=\"t1\"][data-status=\"in_progress\"]",
-    )
-    .await;
-    b.wait(
-        "board",
-        "#tasks .task[data-id=\"t3\"][data-status=\"completed\"]",
-    )
-    .await;
+    b.row_status("t1", "in_progress").await;
+    b.row_status("t3", "completed").await;
     let owner = b.wait("board", "#tasks .task[data-id=\"t1\"] .owner").await;
     assert!(owner["text"].as_str().unwrap().contains("wendy"), "{owner}");
     let content = b
@@ -344,20 +348,11 @@ async fn the_board_shows_a_live_list_acts_as_its_lead_and_shows_5000_tasks() {
     println!("board: the timeline says {}", violation["text"]);
     b.wait("board", "#agents .agent[data-agent=\"wendy\"]")
         .await;
-    b.wait(
-        "board",
-        "#tasks .task[data-id=\"t5\"][data-status=\"pending\"]",
-    )
-    .await;
+    b.row_status("t5", "pending").await;
 
     // 5. The lead claims the ready task from the page.
-    b.ask(json!({"cmd": "click", "page": "board", "id": "t2", "action": "claim"}))
-        .await;
-    b.wait(
-        "board",
-        "#tasks .task[data-id=\"t2\"][data-status=\"in_progress\"]",
-    )
-    .await;
+    b.click("t2", "claim").await;
+    b.row_status("t2", "in_progress").await;
     let list = read_list(&hub, "board").await;
     let t2 = list["tasks"]
         .as_array()
@@ -376,20 +371,10 @@ async fn the_board_shows_a_live_list_acts_as_its_lead_and_shows_5000_tasks() {
     // cancelled and moved up, before t5.
     b.ask(json!({"cmd": "keys", "page": "board", "keys": ["Home", "j", "j", "j", "j", "d"]}))
         .await;
-    b.wait(
-        "board",
-        "#tasks .task[data-id=\"t5\"][data-status=\"completed\"]",
-    )
-    .await;
-    b.ask(json!({"cmd": "click", "page": "board", "id": "t6", "action": "cancel"}))
-        .await;
-    b.wait(
-        "board",
-        "#tasks .task[data-id=\"t6\"][data-status=\"cancelled\"]",
-    )
-    .await;
-    b.ask(json!({"cmd": "click", "page": "board", "id": "t6", "action": "up"}))
-        .await;
+    b.row_status("t5", "completed").await;
+    b.click("t6", "cancel").await;
+    b.row_status("t6", "cancelled").await;
+    b.click("t6", "up").await;
     b.wait("board", "#tasks .task[data-id=\"t6\"][data-index=\"4\"]")
         .await;
     let list = read_list(&hub, "board").await;
@@ -432,8 +417,7 @@ async fn the_board_shows_a_live_list_acts_as_its_lead_and_shows_5000_tasks() {
         "body[data-shown=\"1\"] #tasks .task[data-id=\"t1\"]",
     )
     .await;
-    b.ask(json!({"cmd": "click", "page": "board", "id": "t1", "action": "up"}))
-        .await;
+    b.click("t1", "up").await;
     b.ask(json!({"cmd": "wait", "page": "board", "selector": "#toast", "text": "whole list"}))
         .await;
     b.ask(json!({"cmd": "fill", "page": "board", "selector": "#search", "text": ""}))

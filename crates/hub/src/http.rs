@@ -70,42 +70,36 @@ type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 /// `Upgrade` header) rather than a WebSocket upgrade, read without consuming it. `None`
 /// when the connection closed or sent nothing recognisable in time.
 pub(crate) async fn is_http(stream: &TcpStream) -> Option<bool> {
+    /// What the request line says.
+    enum Target {
+        Http(bool),
+        /// `/`: the board, or a WebSocket peer (which connects to `/`).
+        Root,
+    }
     // "OPTIONS /healthz" is the longest prefix that decides.
     const DECIDES: usize = 24;
     let mut buf = [0u8; DECIDES];
     let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
-    loop {
-        let n = tokio::time::timeout_at(deadline, stream.peek(&mut buf))
+    let target = peek_until(stream, &mut buf, deadline, |head| {
+        let Some(space) = head.iter().position(|b| *b == b' ') else {
+            return (head.len() == DECIDES || head.contains(&b'\n')).then_some(Target::Http(false));
+        };
+        let target = &head[space + 1..];
+        if target.starts_with(b"/ ") || target.starts_with(b"/?") {
+            return Some(Target::Root);
+        }
+        let api = target.starts_with(b"/v1/")
+            || target.starts_with(b"/healthz")
+            || target.starts_with(b"/metrics")
+            || target.starts_with(crate::board::PREFIX.as_bytes());
+        (api || target.len() >= 8 || head.contains(&b'\n')).then_some(Target::Http(api))
+    })
+    .await?;
+    match target {
+        Target::Http(api) => Some(api),
+        Target::Root => upgrade_asked(stream, deadline)
             .await
-            .ok()?
-            .ok()?;
-        if n == 0 {
-            return None;
-        }
-        let head = &buf[..n];
-        if let Some(space) = head.iter().position(|b| *b == b' ') {
-            let target = &head[space + 1..];
-            if target.starts_with(b"/ ") || target.starts_with(b"/?") {
-                // `/`: the board, or a WebSocket peer (which connects to `/`).
-                return upgrade_asked(stream, deadline)
-                    .await
-                    .map(|upgrade| !upgrade);
-            }
-            let api = target.starts_with(b"/v1/")
-                || target.starts_with(b"/healthz")
-                || target.starts_with(b"/metrics")
-                || target.starts_with(crate::board::PREFIX.as_bytes());
-            if api || target.len() >= 8 || head.contains(&b'\n') {
-                return Some(api);
-            }
-        } else if n == DECIDES || head.contains(&b'\n') {
-            return Some(false);
-        }
-        // The request line came in pieces: wait for the rest.
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        if tokio::time::Instant::now() >= deadline {
-            return None;
-        }
+            .map(|upgrade| !upgrade),
     }
 }
 
@@ -114,26 +108,40 @@ pub(crate) async fn is_http(stream: &TcpStream) -> Option<bool> {
 /// WebSocket handshake, which refuses it as before.
 async fn upgrade_asked(stream: &TcpStream, deadline: tokio::time::Instant) -> Option<bool> {
     let mut buf = vec![0u8; HTTP_HEAD_BYTES_MAX];
+    peek_until(stream, &mut buf, deadline, |head| {
+        let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return (head.len() == HTTP_HEAD_BYTES_MAX).then_some(true);
+        };
+        Some(
+            head[..end]
+                .split(|b| *b == b'\n')
+                .skip(1)
+                .any(|line| line.len() > 8 && line[..8].eq_ignore_ascii_case(b"upgrade:")),
+        )
+    })
+    .await
+}
+
+/// Peeks at what `stream` has received (without consuming it) into `buf` until
+/// `decide` says something of it; `None` when the peer closes or `deadline` passes.
+async fn peek_until<R>(
+    stream: &TcpStream,
+    buf: &mut [u8],
+    deadline: tokio::time::Instant,
+    mut decide: impl FnMut(&[u8]) -> Option<R>,
+) -> Option<R> {
     loop {
-        let n = tokio::time::timeout_at(deadline, stream.peek(&mut buf))
+        let n = tokio::time::timeout_at(deadline, stream.peek(buf))
             .await
             .ok()?
             .ok()?;
         if n == 0 {
             return None;
         }
-        let head = &buf[..n];
-        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            return Some(
-                head[..end]
-                    .split(|b| *b == b'\n')
-                    .skip(1)
-                    .any(|line| line.len() > 8 && line[..8].eq_ignore_ascii_case(b"upgrade:")),
-            );
+        if let Some(decided) = decide(&buf[..n]) {
+            return Some(decided);
         }
-        if n == buf.len() {
-            return Some(true);
-        }
+        // What decides came in pieces: wait for the rest.
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         if tokio::time::Instant::now() >= deadline {
             return None;
@@ -352,7 +360,6 @@ impl Api {
             Ok(Route::Board(asset)) if method == Method::GET || method == Method::HEAD => Ok(
                 crate::board::response(asset, method == Method::HEAD).map(BodyExt::boxed_unsync),
             ),
-            Ok(Route::Board(_)) => Err(method_not_allowed(&["GET", "HEAD"])),
             Ok(Route::Events(name)) if method == Method::GET && self.admitted => {
                 self.events(&req, name).await
             }

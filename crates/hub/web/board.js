@@ -66,6 +66,13 @@ function zeroCounts() {
   return Object.fromEntries(STATUSES.map((s) => [s, 0]));
 }
 
+// The chosen list's tasks by status, as it is.
+function countsNow() {
+  const c = zeroCounts();
+  for (const t of state.tasks) c[t.status] = (c[t.status] || 0) + 1;
+  return c;
+}
+
 // Which tasks a filter keeps (a list of thousands, read for what needs an eye).
 const FILTERS = {
   all: () => true,
@@ -483,8 +490,7 @@ function row(t, i) {
 }
 
 function renderCounts() {
-  const c = zeroCounts();
-  for (const t of state.tasks) c[t.status] = (c[t.status] || 0) + 1;
+  const c = countsNow();
   // The chosen list's line in the index follows it live (the others as last read).
   const sum = state.list && document.querySelector(`#lists a[data-list="${CSS.escape(state.list)}"] .sum`);
   if (sum && state.firstSnapshot) sum.textContent = `${c.completed} of ${state.tasks.length} done, ${c.in_progress} in progress`;
@@ -557,8 +563,7 @@ function renderBurndown() {
     return;
   }
   burnDrawn = now;
-  const nowCounts = zeroCounts();
-  for (const t of state.tasks) nowCounts[t.status] = (nowCounts[t.status] || 0) + 1;
+  const nowCounts = countsNow();
   // Backwards from the list as it is: right however far back the events go.
   const points = [{ at: now, c: nowCounts }];
   let c = { ...nowCounts };
