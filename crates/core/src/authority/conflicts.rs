@@ -31,9 +31,9 @@ impl Authority {
                 let (obj, key): (Option<ExId>, &str) = if f == TASK_ENTRY {
                     (index.tasks_obj.clone(), id.as_str())
                 } else {
-                    match (index.tasks.get(id.as_str()), field_name(f)) {
-                        (Some(e), Some(name)) => (Some(e.obj.clone()), name),
-                        _ => continue,
+                    match field_name(f) {
+                        Some(name) => (index.task_obj(doc, id), name),
+                        None => continue,
                     }
                 };
                 let Some(obj) = obj else { continue };

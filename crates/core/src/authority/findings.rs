@@ -70,8 +70,8 @@ pub(super) fn written_with_key(
     id: &str,
     f: &'static str,
 ) -> Option<(WrittenValue, OpKey)> {
-    let entry = list.index().tasks.get(id)?;
-    let (value, exid) = list.doc().get(&entry.obj, f).ok()??;
+    let obj = list.index().task_obj(list.doc(), id)?;
+    let (value, exid) = list.doc().get(&obj, f).ok()??;
     let key = OpKey::of(&exid)?;
     Some((
         WrittenValue {

@@ -39,9 +39,8 @@ impl Authority {
                     Some(w) => w.op.clone(),
                     None if f == TASK_ENTRY => list
                         .index()
-                        .tasks
-                        .get(id.as_str())
-                        .and_then(|e| OpKey::of(&e.obj))
+                        .task_obj(list.doc(), id)
+                        .and_then(|obj| OpKey::of(&obj))
                         .map(|k| k.render())
                         .unwrap_or_default(),
                     None => String::new(),
@@ -259,8 +258,8 @@ impl Authority {
         }
         let mut by_age: Vec<(OpKey, &SmolStr)> = index
             .tasks
-            .iter()
-            .filter_map(|(id, e)| Some((OpKey::of(&e.obj)?, id)))
+            .keys()
+            .filter_map(|id| Some((OpKey::of(&index.task_obj(list.doc(), id)?)?, id)))
             .collect();
         by_age.sort();
         let over = &by_age[LIST_TASKS_MAX.min(by_age.len())..];

@@ -3,13 +3,13 @@
 //! Reading a task from Automerge costs microseconds per field, and a diff of two versions
 //! costs time proportional to the whole document, so neither may run on every merge.
 //! Instead the index decodes the operations of the changes that were just applied, maps
-//! each operation to the task and field it touches (through a table of the objects the
-//! list's tasks are made of), and re-reads only those tasks. Reads, order and the
+//! each operation to the task and field it touches (by the object's place in the
+//! document, which automerge keeps: [`Places`]), and re-reads only those tasks. Reads, order and the
 //! authority's lookups (in-progress tasks per owner, reverse dependencies) come from here.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use automerge::{legacy, ActorId, Automerge, Change, ObjId as ExId, ObjType, ReadDoc, Value};
+use automerge::{legacy, ActorId, Automerge, Change, ObjId as ExId, ObjType, Prop, ReadDoc};
 
 use super::doc::{self, field, OpKey, RawTask, SmolStr, TASK_ENTRY};
 use super::Status;
@@ -27,11 +27,85 @@ enum Role {
     Field(SmolStr, SmolStr),
 }
 
-/// One task entry of the index.
+/// The roles of the objects one batch of operations names, found from the document:
+/// automerge keeps every object's parent and key (`ReadDoc::parents`), so the list
+/// keeps no table of its own (one was 180 bytes a task) and pays a walk up the
+/// document — two or three steps — once per object a merge touches.
+struct Places<'a> {
+    doc: &'a Automerge,
+    tasks: Option<&'a ExId>,
+    agents: Option<&'a ExId>,
+    known: HashMap<OpKey, Option<Role>>,
+}
+
+impl<'a> Places<'a> {
+    fn new(doc: &'a Automerge, index: &'a Index) -> Self {
+        Places {
+            doc,
+            tasks: index.tasks_obj.as_ref(),
+            agents: index.agents_obj.as_ref(),
+            known: HashMap::new(),
+        }
+    }
+
+    /// The role of the object an operation names (`None`: the root, or an object
+    /// outside the list's two maps).
+    fn role(&mut self, obj: &legacy::ObjectId) -> Option<Role> {
+        let legacy::ObjectId::Id(op) = obj else {
+            return None;
+        };
+        let key = OpKey {
+            counter: op.counter(),
+            actor: op.actor().clone(),
+        };
+        if let Some(role) = self.known.get(&key) {
+            return role.clone();
+        }
+        // The actor's index in the document is not known here: automerge looks the
+        // actor up when the index it is given does not match.
+        let exid = ExId::Id(key.counter, key.actor.clone(), usize::MAX);
+        let role = self.find(&exid);
+        self.known.insert(key, role.clone());
+        role
+    }
+
+    fn find(&self, obj: &ExId) -> Option<Role> {
+        if Some(obj) == self.tasks {
+            return Some(Role::Tasks);
+        }
+        if Some(obj) == self.agents {
+            return Some(Role::Agents);
+        }
+        let tasks = self.tasks?;
+        // From the object up: `(parent, the object's key in it)`, its type.
+        let mut path: Vec<(ExId, Prop, ObjType)> = Vec::new();
+        for parent in self.doc.parents(obj).ok()? {
+            path.push((parent.obj, parent.prop, parent.typ));
+        }
+        // From the root down: the `tasks` map, the task's map, the field.
+        path.reverse();
+        let (under_tasks, Prop::Map(id), _) = path.get(1)? else {
+            return None;
+        };
+        if under_tasks != tasks {
+            return None;
+        }
+        match path.get(2) {
+            // The object is under `tasks` itself: a task if it is a map.
+            None => (self.doc.object_type(obj).ok()? == ObjType::Map)
+                .then(|| Role::Task(id.as_str().into())),
+            Some((_, Prop::Map(f), ObjType::Map)) => {
+                Some(Role::Field(id.as_str().into(), f.as_str().into()))
+            }
+            Some(_) => None,
+        }
+    }
+}
+
+/// One task entry of the index. Its map in the document is not kept (an object id is
+/// 48 bytes): [`Index::task_obj`] looks it up.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    /// The winning task map.
-    pub(crate) obj: ExId,
     /// The fields as stored.
     pub(crate) raw: RawTask,
 }
@@ -99,11 +173,6 @@ pub(crate) struct Index {
     pub(crate) tasks_obj: Option<ExId>,
     pub(crate) agents_obj: Option<ExId>,
     pub(crate) tasks: BTreeMap<SmolStr, Entry>,
-    /// `(position, id)`: the list order, ties broken by id.
-    pub(crate) order: BTreeSet<(SmolStr, SmolStr)>,
-    /// A tree, not a hash map: built in one piece its nodes are full, where a hash
-    /// map of 2,000 objects (a 1,000-task list) holds 4,096 slots.
-    objects: BTreeMap<OpKey, Role>,
     /// Tasks whose stored status is `in_progress`, by owner (`None`: unowned).
     pub(crate) active: BTreeMap<Option<SmolStr>, BTreeSet<SmolStr>>,
     /// Reverse dependencies: task id → tasks whose `blocked_by` names it.
@@ -132,38 +201,48 @@ impl Index {
             agents_obj: doc::root_map(doc, doc::AGENTS),
             ..Index::default()
         };
-        let mut objects = Vec::new();
-        if let Some(k) = index.agents_obj.as_ref().and_then(OpKey::of) {
-            objects.push((k, Role::Agents));
-        }
         let Some(tasks) = index.tasks_obj.clone() else {
-            index.objects = objects.into_iter().collect();
             return index;
         };
-        if let Some(k) = OpKey::of(&tasks) {
-            objects.push((k, Role::Tasks));
-        }
         let ids: Vec<String> = doc.keys(&tasks).collect();
         let mut entries = Vec::with_capacity(ids.len());
         for id in ids {
-            task_objects(doc, &tasks, &id, &mut objects);
             if let Some(obj) = doc::task_obj(doc, &tasks, &id) {
                 let raw = doc::read_task(doc, &obj);
-                entries.push((SmolStr::from(id), Entry { obj, raw }));
+                entries.push((SmolStr::from(id), Entry { raw }));
             }
         }
-        // Built in one piece from sorted entries, the trees' nodes are full; inserted
+        // Built in one piece from sorted entries, the tree's nodes are full; inserted
         // one by one in order, each node keeps about half of its room empty.
-        index.order = entries
-            .iter()
-            .map(|(id, e)| (e.raw.position.clone(), id.clone()))
-            .collect();
         for (id, e) in &entries {
             index.derive(id, &e.raw);
         }
         index.tasks = entries.into_iter().collect();
-        index.objects = objects.into_iter().collect();
         index
+    }
+
+    /// The map of task `id` in `doc` (the winning one), if the index holds the task.
+    pub(crate) fn task_obj(&self, doc: &Automerge, id: &str) -> Option<ExId> {
+        if !self.tasks.contains_key(id) {
+            return None;
+        }
+        doc::task_obj(doc, self.tasks_obj.as_ref()?, id)
+    }
+
+    /// Every task's order key, `(position, id)`, in no particular order. The list order
+    /// is these keys sorted (ties broken by id); it is sorted when read rather than kept
+    /// (a tree of the keys cost 50 bytes a task, a sort of 1,000 keys takes ≈40 µs).
+    pub(crate) fn order_keys(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.tasks
+            .iter()
+            .map(|(id, e)| (e.raw.position.as_str(), id.as_str()))
+    }
+
+    /// The task ids in list order.
+    pub(crate) fn ordered(&self) -> Vec<&str> {
+        let mut keys: Vec<(&str, &str)> = self.order_keys().collect();
+        keys.sort_unstable();
+        keys.into_iter().map(|(_, id)| id).collect()
     }
 
     /// Re-reads task `id` from the document and updates the derived maps.
@@ -176,7 +255,6 @@ impl Index {
             .and_then(|tasks| doc::task_obj(doc, tasks, id))
             .map(|obj| Entry {
                 raw: doc::read_task(doc, &obj),
-                obj,
             });
         if let Some(entry) = after {
             self.insert(id, entry);
@@ -187,8 +265,6 @@ impl Index {
     fn remove(&mut self, id: &str) -> Option<Entry> {
         let entry = self.tasks.remove(id)?;
         self.counts[count_slot(entry.raw.status.as_deref())] -= 1;
-        self.order
-            .remove(&(entry.raw.position.clone(), SmolStr::from(id)));
         if entry.raw.status.as_deref() == Some("in_progress") {
             if let Some(set) = self.active.get_mut(&entry.raw.owner) {
                 set.remove(id);
@@ -209,8 +285,6 @@ impl Index {
     }
 
     fn insert(&mut self, id: &str, entry: Entry) {
-        self.order
-            .insert((entry.raw.position.clone(), SmolStr::from(id)));
         self.derive(id, &entry.raw);
         self.tasks.insert(id.into(), entry);
     }
@@ -239,44 +313,8 @@ impl Index {
         let decoded: Vec<automerge::ExpandedChange> = changes.iter().map(Change::decode).collect();
         let mut rebuild = false;
 
-        // Pass 1: learn the objects these changes create, until nothing new appears
-        // (an object can be made inside another made in the same batch, in any order).
-        loop {
-            let mut learned = false;
-            for ch in &decoded {
-                for (i, op) in ch.operations.iter().enumerate() {
-                    let legacy::OpType::Make(obj_type) = op.action else {
-                        continue;
-                    };
-                    let id = OpKey {
-                        counter: u64::from(ch.start_op) + i as u64,
-                        actor: ch.actor_id.clone(),
-                    };
-                    if self.objects.contains_key(&id) {
-                        continue;
-                    }
-                    let role = match (self.parent_role(&op.obj), &op.key) {
-                        (Some(Role::Tasks), legacy::Key::Map(k)) if obj_type == ObjType::Map => {
-                            Some(Role::Task(k.as_str().into()))
-                        }
-                        (Some(Role::Task(t)), legacy::Key::Map(k)) => {
-                            Some(Role::Field(t.clone(), k.as_str().into()))
-                        }
-                        (Some(Role::Field(t, f)), _) => Some(Role::Field(t.clone(), f.clone())),
-                        _ => None,
-                    };
-                    if let Some(role) = role {
-                        self.objects.insert(id, role);
-                        learned = true;
-                    }
-                }
-            }
-            if !learned {
-                break;
-            }
-        }
-
-        // Pass 2: what each change touched.
+        // What each change touched.
+        let mut places = Places::new(doc, self);
         let mut infos = Vec::with_capacity(changes.len());
         let mut touched_all: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (change, ch) in changes.iter().zip(&decoded) {
@@ -284,7 +322,7 @@ impl Index {
             let mut root = BTreeSet::new();
             let mut agents = BTreeSet::new();
             for op in &ch.operations {
-                let hit = match (self.parent_role(&op.obj), &op.key) {
+                let hit = match (places.role(&op.obj), &op.key) {
                     (None, legacy::Key::Map(k)) if matches!(op.obj, legacy::ObjectId::Root) => {
                         if k.as_str() == doc::TASKS || k.as_str() == doc::AGENTS {
                             rebuild = true;
@@ -347,9 +385,6 @@ impl Index {
         }
 
         let mut tasks = BTreeMap::new();
-        // The objects of new or replaced tasks were learned in pass 1 from the `Make`
-        // operations themselves (an object's parent is always made by a change it
-        // depends on, so it is known by then): no task is read back to find them.
         for (id, fields) in touched_all {
             let before = self.refresh(doc, &id);
             let after = self.tasks.get(id.as_str()).map(|e| e.raw.clone());
@@ -367,42 +402,6 @@ impl Index {
             tasks,
             rebuilt: false,
             rejected: Vec::new(),
-        }
-    }
-
-    fn parent_role(&self, obj: &legacy::ObjectId) -> Option<&Role> {
-        match obj {
-            legacy::ObjectId::Root => None,
-            legacy::ObjectId::Id(op) => self.objects.get(&OpKey {
-                counter: op.counter(),
-                actor: op.actor().clone(),
-            }),
-        }
-    }
-}
-
-/// Records every map stored under `tasks[id]` (conflicting ones too) and the field
-/// objects inside them.
-fn task_objects(doc: &Automerge, tasks: &ExId, id: &str, out: &mut Vec<(OpKey, Role)>) {
-    let Ok(values) = doc.get_all(tasks, id) else {
-        return;
-    };
-    for (value, obj) in values {
-        if !matches!(value, Value::Object(ObjType::Map)) {
-            continue;
-        }
-        if let Some(k) = OpKey::of(&obj) {
-            out.push((k, Role::Task(id.into())));
-        }
-        for f in field::ALL {
-            let Ok(inner) = doc.get_all(&obj, f) else {
-                continue;
-            };
-            for (v, fobj) in inner {
-                if let (Value::Object(_), Some(k)) = (v, OpKey::of(&fobj)) {
-                    out.push((k, Role::Field(id.into(), SmolStr::new_static(f))));
-                }
-            }
         }
     }
 }

@@ -29,9 +29,8 @@ impl TodoList {
     /// The ready tasks ([`TodoList::is_ready`]), in list order.
     pub fn ready_tasks(&self) -> impl Iterator<Item = &str> + '_ {
         self.index
-            .order
-            .iter()
-            .map(|(_, id)| id.as_str())
+            .ordered()
+            .into_iter()
             .filter(|id| self.is_ready(id))
     }
 
@@ -41,9 +40,9 @@ impl TodoList {
             version: self.version(),
             tasks: self
                 .index
-                .order
-                .iter()
-                .filter_map(|(_, id)| self.index.tasks.get(id).map(|e| normalize(id, &e.raw)))
+                .ordered()
+                .into_iter()
+                .filter_map(|id| self.index.tasks.get(id).map(|e| normalize(id, &e.raw)))
                 .collect(),
         }
     }

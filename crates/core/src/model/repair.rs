@@ -59,6 +59,13 @@ impl TodoList {
         writes: &Writes,
     ) -> Result<Merge, AutomergeError> {
         let actor = self.doc.get_actor().clone();
+        // The maps of the tasks whose fields are set, found before the transaction
+        // borrows the document.
+        let objs: Vec<Option<automerge::ObjId>> = writes
+            .sets
+            .iter()
+            .map(|(id, _, _)| self.index.task_obj(&self.doc, id))
+            .collect();
         let mut tx = self.doc.transaction();
         let mut tasks_obj = self.index.tasks_obj.clone();
         let mut agents = self.index.agents_obj.clone();
@@ -94,10 +101,6 @@ impl TodoList {
         }
         let sets: &[(String, &'static str, FieldValue)] =
             if fresh_tasks { &[] } else { &writes.sets };
-        let objs: Vec<Option<automerge::ObjId>> = sets
-            .iter()
-            .map(|(id, _, _)| self.index.tasks.get(id.as_str()).map(|e| e.obj.clone()))
-            .collect();
         for ((id, f, value), obj) in sets.iter().zip(objs) {
             let Some(tasks_obj) = &tasks_obj else { break };
             match (value, obj) {

@@ -165,10 +165,20 @@ impl TodoList {
         if let Some(e) = explanation {
             opts = opts.with_message(e);
         }
+        // The tasks the plan changes, as stored, with their maps: read before the
+        // transaction borrows the document.
+        let existing: Vec<Option<(automerge::ObjId, RawTask)>> = plan
+            .changed
+            .keys()
+            .map(|id| {
+                let obj = index.task_obj(&self.doc, id)?;
+                let raw = doc::read_task(&self.doc, &obj);
+                Some((obj, raw))
+            })
+            .collect();
         let mut tx = self.doc.transaction();
         let mut wrote = false;
-        for (id, d) in &plan.changed {
-            let existing = index.tasks.get(id.as_str());
+        for ((id, d), existing) in plan.changed.iter().zip(&existing) {
             match d {
                 None => {
                     if existing.is_some() {
@@ -180,7 +190,7 @@ impl TodoList {
                     wrote |= write::write_task(
                         &mut tx,
                         &tasks_obj,
-                        existing.map(|e| (&e.obj, &e.raw)),
+                        existing.as_ref().map(|(obj, raw)| (obj, raw)),
                         d,
                     )?;
                 }

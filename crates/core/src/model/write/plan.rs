@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::check::{check_patch, exists, validate};
 use super::{err, Desired, Plan, WriteContext};
-use crate::model::doc::{RawTask, SmolStr};
+use crate::model::doc::RawTask;
 use crate::model::index::Index;
 use crate::model::{normalize, position};
 use crate::proto::{
@@ -65,6 +65,8 @@ pub(super) struct Draft<'a> {
     /// planned positions, so appending stays O(log n) per task (a key after it is after
     /// everything).
     planned_max: Option<(String, String)>,
+    /// The index's greatest `(position, id)`, found on first use.
+    index_last: std::cell::OnceCell<Option<(String, String)>>,
 }
 
 impl<'a> Draft<'a> {
@@ -75,6 +77,7 @@ impl<'a> Draft<'a> {
             generated: 0,
             seed,
             planned_max: None,
+            index_last: std::cell::OnceCell::new(),
         }
     }
 
@@ -114,12 +117,12 @@ impl<'a> Draft<'a> {
 
     /// The order key of the task right after `key` in the draft, skipping `skip`.
     fn next_position(&self, key: &(String, String), skip: &str) -> Option<String> {
-        use std::ops::Bound::{Excluded, Unbounded};
+        let key = (key.0.as_str(), key.1.as_str());
         let from_index = self
             .index
-            .order
-            .range((Excluded(stored_key(key)), Unbounded))
-            .find(|(_, id)| id != skip && !self.plan.changed.contains_key(id.as_str()))
+            .order_keys()
+            .filter(|k| *k > key && k.1 != skip && !self.plan.changed.contains_key(k.1))
+            .min()
             .map(owned_key);
         let from_plan = self
             .plan
@@ -127,7 +130,7 @@ impl<'a> Draft<'a> {
             .iter()
             .filter(|(id, _)| id.as_str() != skip)
             .filter_map(|(id, d)| d.as_ref().map(|d| (d.position.clone(), id.clone())))
-            .filter(|k| k > key)
+            .filter(|(p, id)| (p.as_str(), id.as_str()) > key)
             .min();
         match (from_index, from_plan) {
             (Some(a), Some(b)) => Some(a.min(b).0),
@@ -138,17 +141,21 @@ impl<'a> Draft<'a> {
     /// A position at or after the greatest in the draft.
     fn last_position(&self) -> Option<String> {
         // The index's last key is an upper bound even if the write moves or removes
-        // that task: a key after it is after every remaining one.
-        let from_index = self.index.order.iter().next_back().map(owned_key);
+        // that task: a key after it is after every remaining one. Found once a draft
+        // (the index does not change under it), so appending n tasks costs one pass.
+        let from_index = self
+            .index_last
+            .get_or_init(|| self.index.order_keys().max().map(owned_key))
+            .clone();
         from_index.max(self.planned_max.clone()).map(|k| k.0)
     }
 
     fn first_position(&self) -> Option<String> {
         let from_index = self
             .index
-            .order
-            .iter()
-            .find(|(_, id)| !self.plan.changed.contains_key(id.as_str()))
+            .order_keys()
+            .filter(|k| !self.plan.changed.contains_key(k.1))
+            .min()
             .map(owned_key);
         let from_plan = self
             .plan
@@ -472,13 +479,8 @@ fn drop_unchanged(p: &mut TaskPatch, base: &Task) {
 }
 
 /// An order key of the index as the plan holds it.
-fn owned_key((position, id): &(SmolStr, SmolStr)) -> (String, String) {
+fn owned_key((position, id): (&str, &str)) -> (String, String) {
     (position.to_string(), id.to_string())
-}
-
-/// An order key of the plan as the index holds it.
-fn stored_key((position, id): &(String, String)) -> (SmolStr, SmolStr) {
-    (position.into(), id.into())
 }
 
 /// Gives the tasks of a replace the order they were sent in, moving as few as possible:
