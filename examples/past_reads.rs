@@ -60,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (copy_task, by_copy) = median(|| {
         list.doc()
             .fork_at(&parents)
-            .map(|past| TodoList::from_doc(past).raw_task(&id).cloned())
+            .map(|past| TodoList::from_doc(past).raw_task(&id))
     });
     let (view_task, by_view) = median(|| list.raw_task_at(&id, &parents));
     if by_copy.ok().flatten() != by_view {

@@ -102,6 +102,61 @@ fn a_list_synced_in_one_piece_keeps_a_bounded_window_and_shrinks_when_rebuilt() 
     );
 }
 
+/// What a list may keep per task beside its automerge document, its sync window given
+/// back: the index of the fields the checks read (status, priority, owner, dependencies,
+/// position). Measured: 258 bytes a task. Its texts stay in the document, and no table
+/// of the tasks' objects or tree of the order is kept: any of them back would break this.
+const INDEX_BYTES_PER_TASK_MAX: usize = 320;
+
+/// Content of every task of [`a_loaded_list_costs_its_document_and_a_small_index`]: as
+/// long as agents write them, past what a short string keeps inline.
+fn long_content(i: usize) -> String {
+    format!("Task {i}: read the failing test, find the cause and fix it")
+}
+
+#[test]
+fn a_loaded_list_costs_its_document_and_a_small_index() {
+    let mut lead = TodoList::create(actor(1));
+    let ops = (0..TASKS)
+        .map(|i| {
+            let mut t = common::task(&format!("t{i}"), &long_content(i));
+            t.owner = Some(Some(format!("worker-{}", i % 10)));
+            t.active_form = Some(Some(format!("Fixing the cause of failure {i}")));
+            common::upsert(t)
+        })
+        .collect();
+    common::write(&mut lead, "lead", common::patch(ops));
+    let saved = lead.save();
+    drop(lead);
+    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+
+    let before = live();
+    let doc = automerge::Automerge::load(&saved).unwrap();
+    let doc_bytes = live() - before;
+    drop(doc);
+    let before = live();
+    let mut list = TodoList::load(&saved, actor(3)).unwrap();
+    // Without its sync window (a short history is all in it), as a hub keeps a list
+    // nobody wrote to for a while.
+    list.forget_window();
+    let list_bytes = live() - before;
+    assert_eq!(list.len(), TASKS);
+    let per_task = list_bytes.saturating_sub(doc_bytes) / TASKS;
+    eprintln!("document {doc_bytes} B, list {list_bytes} B: {per_task} B a task beside it");
+    assert!(
+        per_task <= INDEX_BYTES_PER_TASK_MAX,
+        "the list keeps {per_task} B a task beside its document; at most \
+         {INDEX_BYTES_PER_TASK_MAX} B"
+    );
+    // Nothing of the texts is lost by not keeping them: a read has them all.
+    let read = list.read();
+    assert_eq!(read.tasks.len(), TASKS);
+    assert!(read
+        .tasks
+        .iter()
+        .all(|t| t.content.starts_with("Task ") && t.active_form.is_some()));
+}
+
 /// What the hub core may keep for one idle peer in step (its connection, its sync
 /// state, its place in the window). Measured: about 1.3 KiB; a filter of these tests'
 /// history is 3.8 KiB.

@@ -490,7 +490,7 @@ fn a_task_read_at_earlier_heads_is_the_task_a_copy_at_those_heads_holds() {
         for id in ["t1", "t2", "t3", "t4", "none"] {
             assert_eq!(
                 l.raw_task_at(id, heads),
-                copy.raw_task(id).cloned(),
+                copy.raw_task(id),
                 "task {id} at {heads:?}"
             );
         }

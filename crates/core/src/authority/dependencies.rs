@@ -32,7 +32,7 @@ impl Authority {
             let Some(entry) = index.tasks.get(id) else {
                 continue;
             };
-            let raw = &entry.raw;
+            let raw = entry;
             let missing: Vec<&str> = raw
                 .blocked_by
                 .iter()
@@ -83,7 +83,7 @@ impl Authority {
                     let Some(d) = index.tasks.get(dep.as_str()) else {
                         continue;
                     };
-                    if !normalize_status(d.raw.status.as_deref()).is_open() {
+                    if !normalize_status(d.status.as_deref()).is_open() {
                         continue;
                     }
                     let status = written(list, id, field::STATUS);
@@ -152,7 +152,6 @@ impl Authority {
             if let (true, Some(n), Some(b)) = (fixing, &next, index.tasks.get(breaker.as_str())) {
                 if !self.reported.contains(&key) {
                     let kept = b
-                        .raw
                         .blocked_by
                         .iter()
                         .filter(|d| d.as_str() != n.as_str())
@@ -197,8 +196,7 @@ pub(super) fn find_cycles(list: &TodoList, starts: &[&String]) -> (Vec<Vec<Strin
             .tasks
             .get(id)
             .map(|e| {
-                e.raw
-                    .blocked_by
+                e.blocked_by
                     .iter()
                     .filter(|d| d.as_str() != id && index.tasks.contains_key(d.as_str()))
                     .map(SmolStr::as_str)

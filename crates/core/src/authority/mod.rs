@@ -237,16 +237,15 @@ impl Authority {
         let merge = Merge {
             changes: Vec::new(),
             tasks: list
-                .index()
-                .tasks
-                .iter()
-                .map(|(id, e)| {
+                .raw_tasks()
+                .into_iter()
+                .map(|(id, raw)| {
                     let delta = TaskDelta {
-                        before: Some(e.raw.clone()),
-                        after: Some(e.raw.clone()),
+                        before: Some(raw.clone()),
+                        after: Some(raw),
                         fields: all_fields.clone(),
                     };
-                    (id.to_string(), delta)
+                    (id, delta)
                 })
                 .collect(),
             rebuilt: false,

@@ -149,11 +149,14 @@ pub fn api_actor(agent: &str) -> ActorId {
 /// in progress: a repeated claim), else the first ready one by priority, then order.
 fn pick(list: &TodoList, agent: &str, named: Option<&str>) -> Result<Task, ApiError> {
     let Some(id) = named else {
+        // By the index's priorities; only the task picked is read whole.
+        let index = list.index();
         return list
             .ready_tasks()
-            .filter_map(|id| list.raw_task(id).map(|raw| (id, raw)))
-            .min_by_key(|(_, raw)| normalize_priority(raw.priority.as_deref()))
-            .map(|(id, raw)| normalize(id, raw))
+            .min_by_key(|id| {
+                normalize_priority(index.tasks.get(*id).and_then(|e| e.priority.as_deref()))
+            })
+            .and_then(|id| list.raw_task(id).map(|raw| normalize(id, &raw)))
             .ok_or_else(|| {
                 error(
                     ErrorCode::NothingReady,
@@ -162,7 +165,7 @@ fn pick(list: &TodoList, agent: &str, named: Option<&str>) -> Result<Task, ApiEr
                 )
             });
     };
-    let Some(t) = list.raw_task(id).map(|raw| normalize(id, raw)) else {
+    let Some(t) = list.raw_task(id).map(|raw| normalize(id, &raw)) else {
         return Err(error(
             ErrorCode::UnknownTask,
             Some("task"),
@@ -487,7 +490,7 @@ impl HubCore {
                     fx,
                     move |_, list| match list.raw_task(&claimed) {
                         Some(raw) => Answer::Claimed(ClaimAnswer {
-                            task: normalize(&claimed, raw),
+                            task: normalize(&claimed, &raw),
                             version: list.version(),
                         }),
                         None => Answer::Snapshot(list.read()),

@@ -228,7 +228,7 @@ impl HubCore {
             move |_, l| match l.raw_task(&task) {
                 Some(raw) => Answer::Delegated(DelegateAnswer {
                     parent: parent_name,
-                    task: normalize(&task, raw),
+                    task: normalize(&task, &raw),
                     list,
                     agent,
                     token: None,
@@ -285,7 +285,7 @@ impl HubCore {
         let Some(doc) = self.docs.get_mut(&parent_doc) else {
             return;
         };
-        match doc.list.raw_task(&task).map(|raw| normalize(&task, raw)) {
+        match doc.list.raw_task(&task).map(|raw| normalize(&task, &raw)) {
             Some(t) if t.status != status => {}
             _ => return,
         }

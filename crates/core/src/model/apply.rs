@@ -29,6 +29,7 @@ impl TodoList {
             return Ok(Merge::default());
         }
         let (ready, waiting) = causal_order(&self.doc, fresh);
+        let before = self.doc.get_heads();
         let mut applied = Vec::with_capacity(ready.len());
         let mut rejected = Vec::new();
         let mut failed: std::collections::HashSet<ChangeHash> = std::collections::HashSet::new();
@@ -80,7 +81,7 @@ impl TodoList {
         }
         self.pending = waiting;
         self.window.record(&self.doc, applied.iter());
-        let mut merge = self.index.absorb(&self.doc, &applied);
+        let mut merge = self.index.absorb(&self.doc, &before, &applied);
         merge.rejected = rejected;
         Ok(merge)
     }

@@ -212,13 +212,6 @@ impl<'a, R: ReadDoc> View<'a, R> {
         }
     }
 
-    fn keys(self, obj: &ExId) -> automerge::iter::Keys<'a> {
-        match self.at {
-            None => self.doc.keys(obj),
-            Some(h) => self.doc.keys_at(obj, h),
-        }
-    }
-
     fn list_range(self, obj: &ExId) -> automerge::iter::ListRange<'a> {
         match self.at {
             None => self.doc.list_range(obj, ..),
@@ -273,11 +266,11 @@ pub(crate) fn read_tasks<R: ReadDoc>(view: View<'_, R>) -> BTreeMap<String, RawT
 
 /// Every task of the task map `tasks` (the root's, or one a writer replaced), by id.
 pub(crate) fn tasks_of<R: ReadDoc>(view: View<'_, R>, tasks: &ExId) -> BTreeMap<String, RawTask> {
-    view.keys(tasks)
-        .filter_map(|id| {
-            let raw = entry_in(view, tasks, &id)?;
-            Some((id, raw))
-        })
+    // One pass over the task map: each winning entry with its object (a `get` per id
+    // walks the map again).
+    view.map_range(tasks)
+        .filter(|item| matches!(item.value, ValueRef::Object(ObjType::Map)))
+        .map(|item| (item.key.to_string(), task_in(view, &item.id())))
         .collect()
 }
 

@@ -4,12 +4,17 @@
 //! costs time proportional to the whole document, so neither may run on every merge.
 //! Instead the index decodes the operations of the changes that were just applied, maps
 //! each operation to the task and field it touches (by the object's place in the
-//! document, which automerge keeps: [`Places`]), and re-reads only those tasks. Reads, order and the
-//! authority's lookups (in-progress tasks per owner, reverse dependencies) come from here.
+//! document, which automerge keeps: [`Places`]), and re-reads only those tasks. The
+//! authority's lookups (status, owner, dependencies; in-progress tasks per owner, reverse
+//! dependencies, counts) and the order keys come from here; the tasks' texts do not (a
+//! list's index is what a hub holds beside the document, per list loaded): a task read
+//! whole, or a list read, reads the document.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use automerge::{legacy, ActorId, Automerge, Change, ObjId as ExId, ObjType, Prop, ReadDoc};
+use automerge::{
+    legacy, ActorId, Automerge, Change, ChangeHash, ObjId as ExId, ObjType, Prop, ReadDoc,
+};
 
 use super::doc::{self, field, OpKey, RawTask, SmolStr, TASK_ENTRY};
 use super::Status;
@@ -45,6 +50,73 @@ impl<'a> Places<'a> {
             tasks: index.tasks_obj.as_ref(),
             agents: index.agents_obj.as_ref(),
             known: HashMap::new(),
+        }
+    }
+
+    /// Learns the roles of the objects `changes` make from their `Make` operations, until
+    /// nothing new appears (an object can be made inside another made in the same batch,
+    /// in any order): a list's first sync makes thousands of task maps, and looking each
+    /// up in the document costs far more than reading its role off the operation.
+    fn learn(&mut self, changes: &[automerge::ExpandedChange]) {
+        let made_here: std::collections::HashSet<OpKey> = changes
+            .iter()
+            .flat_map(|ch| {
+                ch.operations
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, op)| matches!(op.action, legacy::OpType::Make(_)))
+                    .map(|(i, _)| OpKey {
+                        counter: u64::from(ch.start_op) + i as u64,
+                        actor: ch.actor_id.clone(),
+                    })
+            })
+            .collect();
+        loop {
+            let mut learned = false;
+            for ch in changes {
+                for (i, op) in ch.operations.iter().enumerate() {
+                    let legacy::OpType::Make(obj_type) = op.action else {
+                        continue;
+                    };
+                    let made = OpKey {
+                        counter: u64::from(ch.start_op) + i as u64,
+                        actor: ch.actor_id.clone(),
+                    };
+                    if self.known.contains_key(&made) {
+                        continue;
+                    }
+                    let parent = match &op.obj {
+                        legacy::ObjectId::Root => None,
+                        legacy::ObjectId::Id(id) => {
+                            let key = OpKey {
+                                counter: id.counter(),
+                                actor: id.actor().clone(),
+                            };
+                            match self.known.get(&key) {
+                                Some(role) => role.clone(),
+                                // A parent made by this batch, not learned yet: next round.
+                                None if made_here.contains(&key) => continue,
+                                None => self.role(&op.obj),
+                            }
+                        }
+                    };
+                    let role = match (parent, &op.key) {
+                        (Some(Role::Tasks), legacy::Key::Map(k)) if obj_type == ObjType::Map => {
+                            Some(Role::Task(k.as_str().into()))
+                        }
+                        (Some(Role::Task(t)), legacy::Key::Map(k)) => {
+                            Some(Role::Field(t, k.as_str().into()))
+                        }
+                        (Some(Role::Field(t, f)), _) => Some(Role::Field(t, f)),
+                        _ => None,
+                    };
+                    self.known.insert(made, role);
+                    learned = true;
+                }
+            }
+            if !learned {
+                break;
+            }
         }
     }
 
@@ -102,12 +174,34 @@ impl<'a> Places<'a> {
     }
 }
 
-/// One task entry of the index. Its map in the document is not kept (an object id is
-/// 48 bytes): [`Index::task_obj`] looks it up.
-#[derive(Debug, Clone)]
+/// One task as the index keeps it: the fields the checks, the claims and the order read
+/// on every merge. Its two texts (content, active form) stay in the document and are
+/// read with the rest when a task is read whole ([`Index::full`]); its map is not kept
+/// either ([`Index::task_obj`] looks it up). Kept here, those were ≈180 bytes a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entry {
-    /// The fields as stored.
-    pub(crate) raw: RawTask,
+    /// `status` as written.
+    pub(crate) status: Option<SmolStr>,
+    /// `priority` as written.
+    pub(crate) priority: Option<SmolStr>,
+    /// `owner`, if present and a string.
+    pub(crate) owner: Option<SmolStr>,
+    /// `blocked_by` entries that are strings.
+    pub(crate) blocked_by: Vec<SmolStr>,
+    /// The fractional position key.
+    pub(crate) position: SmolStr,
+}
+
+impl Entry {
+    fn of(raw: &RawTask) -> Entry {
+        Entry {
+            status: raw.status.clone(),
+            priority: raw.priority.clone(),
+            owner: raw.owner.clone(),
+            blocked_by: raw.blocked_by.clone(),
+            position: raw.position.clone(),
+        }
+    }
 }
 
 /// What one applied change touched.
@@ -209,13 +303,13 @@ impl Index {
         for id in ids {
             if let Some(obj) = doc::task_obj(doc, &tasks, &id) {
                 let raw = doc::read_task(doc, &obj);
-                entries.push((SmolStr::from(id), Entry { raw }));
+                entries.push((SmolStr::from(id), Entry::of(&raw)));
             }
         }
         // Built in one piece from sorted entries, the tree's nodes are full; inserted
         // one by one in order, each node keeps about half of its room empty.
         for (id, e) in &entries {
-            index.derive(id, &e.raw);
+            index.derive(id, e);
         }
         index.tasks = entries.into_iter().collect();
         index
@@ -235,7 +329,12 @@ impl Index {
     pub(crate) fn order_keys(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
         self.tasks
             .iter()
-            .map(|(id, e)| (e.raw.position.as_str(), id.as_str()))
+            .map(|(id, e)| (e.position.as_str(), id.as_str()))
+    }
+
+    /// Task `id` whole, read from `doc` (the index keeps no texts), if the index holds it.
+    pub(crate) fn full(&self, doc: &Automerge, id: &str) -> Option<RawTask> {
+        self.task_obj(doc, id).map(|obj| doc::read_task(doc, &obj))
     }
 
     /// The task ids in list order.
@@ -245,35 +344,41 @@ impl Index {
         keys.into_iter().map(|(_, id)| id).collect()
     }
 
-    /// Re-reads task `id` from the document and updates the derived maps.
-    /// Returns the task as it was before.
-    pub(crate) fn refresh(&mut self, doc: &Automerge, id: &str) -> Option<RawTask> {
-        let before = self.remove(id);
-        let after = self
+    /// Re-reads task `id` from the document and updates the derived maps. Returns the
+    /// task as it was at `before` (the heads before the changes just applied: its texts
+    /// are read there) and as it is now.
+    fn refresh(
+        &mut self,
+        doc: &Automerge,
+        before: &[ChangeHash],
+        id: &str,
+    ) -> (Option<RawTask>, Option<RawTask>) {
+        let was = self
+            .remove(id)
+            .and_then(|_| doc::read_task_by_id(doc::View::at(doc, before), id));
+        let now = self
             .tasks_obj
             .as_ref()
             .and_then(|tasks| doc::task_obj(doc, tasks, id))
-            .map(|obj| Entry {
-                raw: doc::read_task(doc, &obj),
-            });
-        if let Some(entry) = after {
-            self.insert(id, entry);
+            .map(|obj| doc::read_task(doc, &obj));
+        if let Some(raw) = &now {
+            self.insert(id, Entry::of(raw));
         }
-        before.map(|e| e.raw)
+        (was, now)
     }
 
     fn remove(&mut self, id: &str) -> Option<Entry> {
         let entry = self.tasks.remove(id)?;
-        self.counts[count_slot(entry.raw.status.as_deref())] -= 1;
-        if entry.raw.status.as_deref() == Some("in_progress") {
-            if let Some(set) = self.active.get_mut(&entry.raw.owner) {
+        self.counts[count_slot(entry.status.as_deref())] -= 1;
+        if entry.status.as_deref() == Some("in_progress") {
+            if let Some(set) = self.active.get_mut(&entry.owner) {
                 set.remove(id);
                 if set.is_empty() {
-                    self.active.remove(&entry.raw.owner);
+                    self.active.remove(&entry.owner);
                 }
             }
         }
-        for dep in &entry.raw.blocked_by {
+        for dep in &entry.blocked_by {
             if let Some(set) = self.dependents.get_mut(dep) {
                 set.remove(id);
                 if set.is_empty() {
@@ -285,13 +390,13 @@ impl Index {
     }
 
     fn insert(&mut self, id: &str, entry: Entry) {
-        self.derive(id, &entry.raw);
+        self.derive(id, &entry);
         self.tasks.insert(id.into(), entry);
     }
 
     /// Counts task `id` and records it in the maps derived from its fields (its status,
     /// owner and dependencies).
-    fn derive(&mut self, id: &str, raw: &RawTask) {
+    fn derive(&mut self, id: &str, raw: &Entry) {
         self.counts[count_slot(raw.status.as_deref())] += 1;
         if raw.status.as_deref() == Some("in_progress") {
             self.active
@@ -308,13 +413,20 @@ impl Index {
     }
 
     /// Folds freshly applied changes into the index and says what they touched.
-    /// `changes` must all be applied to `doc` already.
-    pub(crate) fn absorb(&mut self, doc: &Automerge, changes: &[Change]) -> Merge {
+    /// `changes` must all be applied to `doc` already; `before` are the heads they were
+    /// applied to (where the touched tasks are read as they were).
+    pub(crate) fn absorb(
+        &mut self,
+        doc: &Automerge,
+        before: &[ChangeHash],
+        changes: &[Change],
+    ) -> Merge {
         let decoded: Vec<automerge::ExpandedChange> = changes.iter().map(Change::decode).collect();
         let mut rebuild = false;
 
         // What each change touched.
         let mut places = Places::new(doc, self);
+        places.learn(&decoded);
         let mut infos = Vec::with_capacity(changes.len());
         let mut touched_all: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (change, ch) in changes.iter().zip(&decoded) {
@@ -362,18 +474,22 @@ impl Index {
         }
 
         if rebuild {
-            let before = std::mem::take(&mut self.tasks);
+            let mut was = doc::read_tasks(doc::View::at(doc, before));
             *self = Index::build(doc);
-            let ids: BTreeSet<SmolStr> = before.keys().chain(self.tasks.keys()).cloned().collect();
+            let ids: BTreeSet<String> = was
+                .keys()
+                .cloned()
+                .chain(self.tasks.keys().map(SmolStr::to_string))
+                .collect();
             let tasks = ids
                 .into_iter()
                 .map(|id| {
                     let delta = TaskDelta {
-                        before: before.get(&id).map(|e| e.raw.clone()),
-                        after: self.tasks.get(&id).map(|e| e.raw.clone()),
+                        before: was.remove(&id),
+                        after: self.full(doc, &id),
                         fields: field::ALL.iter().map(|f| (*f).to_owned()).collect(),
                     };
-                    (id.to_string(), delta)
+                    (id, delta)
                 })
                 .collect();
             return Merge {
@@ -386,8 +502,7 @@ impl Index {
 
         let mut tasks = BTreeMap::new();
         for (id, fields) in touched_all {
-            let before = self.refresh(doc, &id);
-            let after = self.tasks.get(id.as_str()).map(|e| e.raw.clone());
+            let (before, after) = self.refresh(doc, before, &id);
             tasks.insert(
                 id,
                 TaskDelta {

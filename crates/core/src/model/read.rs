@@ -11,7 +11,9 @@ use crate::proto::{ApiError, ErrorCode, Snapshot, Status, Version};
 impl TodoList {
     /// Whether a dependency on task `id` is met: the task is completed, or gone.
     pub fn is_done(&self, id: &str) -> bool {
-        self.raw_task(id)
+        self.index
+            .tasks
+            .get(id)
             .is_none_or(|t| normalize_status(t.status.as_deref()) == Status::Completed)
     }
 
@@ -19,7 +21,7 @@ impl TodoList {
     /// for done ([`TodoList::is_done`]) — what a claim takes and an `unblocked` event
     /// announces. Its cost follows the task's dependencies, not the list.
     pub fn is_ready(&self, id: &str) -> bool {
-        self.raw_task(id).is_some_and(|t| {
+        self.index.tasks.get(id).is_some_and(|t| {
             normalize_status(t.status.as_deref()) == Status::Pending
                 && t.owner.is_none()
                 && t.blocked_by.iter().all(|b| self.is_done(b))
@@ -34,17 +36,10 @@ impl TodoList {
             .filter(|id| self.is_ready(id))
     }
 
-    /// `todo_read`: the tasks in order at the current version.
+    /// `todo_read`: the tasks in order at the current version, read from the document
+    /// in one pass (the index keeps no texts).
     pub fn read(&self) -> Snapshot {
-        Snapshot {
-            version: self.version(),
-            tasks: self
-                .index
-                .ordered()
-                .into_iter()
-                .filter_map(|id| self.index.tasks.get(id).map(|e| normalize(id, &e.raw)))
-                .collect(),
-        }
+        snapshot(self.version(), doc::read_tasks(doc::View::now(&self.doc)))
     }
 
     /// `todo_read` as of an earlier version, read at its heads with automerge's `*_at`
@@ -56,16 +51,10 @@ impl TodoList {
             return Ok(self.read());
         }
         let heads = self.known_heads(version)?;
-        let tasks = doc::read_tasks(doc::View::at(&self.doc, &heads));
-        let mut order: Vec<(&String, &RawTask)> = tasks.iter().collect();
-        order.sort_by(|(a_id, a), (b_id, b)| (&a.position, a_id).cmp(&(&b.position, b_id)));
-        Ok(Snapshot {
-            version: TodoList::version_of(&heads),
-            tasks: order
-                .into_iter()
-                .map(|(id, raw)| normalize(id, raw))
-                .collect(),
-        })
+        Ok(snapshot(
+            TodoList::version_of(&heads),
+            doc::read_tasks(doc::View::at(&self.doc, &heads)),
+        ))
     }
 
     /// Whether `theirs` (a peer's heads) hold every change of `wanted`: each is one of
@@ -107,6 +96,19 @@ impl TodoList {
     ) -> Result<BTreeMap<String, RawTask>, ApiError> {
         let heads = self.known_heads(version)?;
         Ok(doc::read_tasks(doc::View::at(&self.doc, &heads)))
+    }
+}
+
+/// The tasks read at `version`, in list order: `(position, id)`.
+fn snapshot(version: Version, tasks: BTreeMap<String, RawTask>) -> Snapshot {
+    let mut order: Vec<(&String, &RawTask)> = tasks.iter().collect();
+    order.sort_by(|(a_id, a), (b_id, b)| (&a.position, a_id).cmp(&(&b.position, b_id)));
+    Snapshot {
+        version,
+        tasks: order
+            .into_iter()
+            .map(|(id, raw)| normalize(id, raw))
+            .collect(),
     }
 }
 

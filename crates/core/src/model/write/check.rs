@@ -149,7 +149,7 @@ pub(super) fn validate(index: &Index, plan: &Plan) -> Result<(), ApiError> {
             Some(Some(d)) => d.task.blocked_by.iter().map(String::as_str).collect(),
             Some(None) => Vec::new(),
             None => index.tasks.get(id).map_or_else(Vec::new, |e| {
-                e.raw.blocked_by.iter().map(SmolStr::as_str).collect()
+                e.blocked_by.iter().map(SmolStr::as_str).collect()
             }),
         };
         named
@@ -201,8 +201,8 @@ pub(super) fn validate(index: &Index, plan: &Plan) -> Result<(), ApiError> {
         // is refused; a list that is already over the limit after a merge stays
         // editable, and the authority reports it.
         let already_active = index.tasks.get(id.as_str()).is_some_and(|e| {
-            e.raw.status.as_deref() == Some(Status::InProgress.as_str())
-                && e.raw.owner.as_deref() == d.task.owner.as_deref()
+            e.status.as_deref() == Some(Status::InProgress.as_str())
+                && e.owner.as_deref() == d.task.owner.as_deref()
         });
         if d.task.status == Status::InProgress && !already_active {
             let owner = &d.task.owner;

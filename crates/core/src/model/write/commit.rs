@@ -98,13 +98,13 @@ pub(crate) fn write_task(
 }
 
 /// Whether committing `plan` would change anything at all.
-pub(crate) fn plan_is_noop(index: &Index, plan: &Plan) -> bool {
+pub(crate) fn plan_is_noop(index: &Index, doc: &automerge::Automerge, plan: &Plan) -> bool {
     plan.changed
         .iter()
-        .all(|(id, d)| match (d, index.tasks.get(id.as_str())) {
+        .all(|(id, d)| match (d, index.full(doc, id)) {
             (None, None) => true,
             (None, Some(_)) | (Some(_), None) => false,
-            (Some(d), Some(e)) => raw_matches(&e.raw, d),
+            (Some(d), Some(raw)) => raw_matches(&raw, d),
         })
 }
 
@@ -176,6 +176,7 @@ impl TodoList {
                 Some((obj, raw))
             })
             .collect();
+        let before = self.doc.get_heads();
         let mut tx = self.doc.transaction();
         let mut wrote = false;
         for ((id, d), existing) in plan.changed.iter().zip(&existing) {
@@ -204,6 +205,6 @@ impl TodoList {
             return Ok(Merge::default());
         };
         self.window.record(&self.doc, std::iter::once(&change));
-        Ok(self.index.absorb(&self.doc, &[change]))
+        Ok(self.index.absorb(&self.doc, &before, &[change]))
     }
 }
