@@ -29,7 +29,6 @@ impl TodoList {
             return Ok(Merge::default());
         }
         let (ready, waiting) = causal_order(&self.doc, fresh);
-        let before = self.doc.get_heads();
         let mut applied = Vec::with_capacity(ready.len());
         let mut rejected = Vec::new();
         let mut failed: std::collections::HashSet<ChangeHash> = std::collections::HashSet::new();
@@ -81,7 +80,7 @@ impl TodoList {
         }
         self.pending = waiting;
         self.window.record(&self.doc, applied.iter());
-        let mut merge = self.index.absorb(&self.doc, &before, &applied);
+        let mut merge = self.index.absorb(&self.doc, &applied);
         merge.rejected = rejected;
         Ok(merge)
     }

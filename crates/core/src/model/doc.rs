@@ -354,6 +354,8 @@ fn task_in<R: ReadDoc>(view: View<'_, R>, obj: &ExId) -> RawTask {
         };
         *slot = text;
     }
+    // In one order whatever the map's (the index keeps them as bits).
+    raw.misshapen.sort_unstable();
     raw
 }
 

@@ -4,17 +4,13 @@
 //! costs time proportional to the whole document, so neither may run on every merge.
 //! Instead the index decodes the operations of the changes that were just applied, maps
 //! each operation to the task and field it touches (by the object's place in the
-//! document, which automerge keeps: [`Places`]), and re-reads only those tasks. The
-//! authority's lookups (status, owner, dependencies; in-progress tasks per owner, reverse
-//! dependencies, counts) and the order keys come from here; the tasks' texts do not (a
-//! list's index is what a hub holds beside the document, per list loaded): a task read
-//! whole, or a list read, reads the document.
+//! document, which automerge keeps: [`Places`]), and re-reads only those tasks. Reads,
+//! the order and the authority's lookups (in-progress tasks per owner, reverse
+//! dependencies, counts) come from here.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use automerge::{
-    legacy, ActorId, Automerge, Change, ChangeHash, ObjId as ExId, ObjType, Prop, ReadDoc,
-};
+use automerge::{legacy, ActorId, Automerge, Change, ObjId as ExId, ObjType, Prop, ReadDoc};
 
 use super::doc::{self, field, OpKey, RawTask, SmolStr, TASK_ENTRY};
 use super::Status;
@@ -174,10 +170,10 @@ impl<'a> Places<'a> {
     }
 }
 
-/// One task as the index keeps it: the fields the checks, the claims and the order read
-/// on every merge. Its two texts (content, active form) stay in the document and are
-/// read with the rest when a task is read whole ([`Index::full`]); its map is not kept
-/// either ([`Index::task_obj`] looks it up). Kept here, those were ≈180 bytes a task.
+/// One task as the index keeps it: every field as stored, in few bytes. Its two texts
+/// share one allocation, its misshapen fields are bits, its dependencies a boxed slice;
+/// its map in the document is not kept ([`Index::task_obj`] looks it up). A hub holds
+/// this beside the document of every list it has loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entry {
     /// `status` as written.
@@ -187,19 +183,66 @@ pub(crate) struct Entry {
     /// `owner`, if present and a string.
     pub(crate) owner: Option<SmolStr>,
     /// `blocked_by` entries that are strings.
-    pub(crate) blocked_by: Vec<SmolStr>,
+    pub(crate) blocked_by: Box<[SmolStr]>,
     /// The fractional position key.
     pub(crate) position: SmolStr,
+    /// `content` then `active_form`, one after the other.
+    texts: Box<str>,
+    /// Where `active_form` starts in `texts`.
+    split: u32,
+    /// Bit 0: `content` is present; bit 1: `active_form` is.
+    present: u8,
+    /// Bit `i`: `field::ALL[i]` is misshapen.
+    misshapen: u8,
 }
 
 impl Entry {
     fn of(raw: &RawTask) -> Entry {
+        let content = raw.content.as_deref().unwrap_or_default();
+        let active = raw.active_form.as_deref().unwrap_or_default();
+        let mut texts = String::with_capacity(content.len() + active.len());
+        texts.push_str(content);
+        texts.push_str(active);
+        let misshapen = field::ALL
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| raw.misshapen.contains(f))
+            .fold(0u8, |bits, (i, _)| bits | 1 << i);
         Entry {
             status: raw.status.clone(),
             priority: raw.priority.clone(),
             owner: raw.owner.clone(),
-            blocked_by: raw.blocked_by.clone(),
+            blocked_by: raw.blocked_by.clone().into_boxed_slice(),
             position: raw.position.clone(),
+            texts: texts.into_boxed_str(),
+            // Texts are bounded far below 4 GiB (TASK_TEXT_BYTES_MAX; a longer one read
+            // from a foreign peer is cut by the authority's repair, not kept here whole).
+            split: u32::try_from(content.len()).unwrap_or(u32::MAX),
+            present: u8::from(raw.content.is_some()) | u8::from(raw.active_form.is_some()) << 1,
+            misshapen,
+        }
+    }
+
+    /// The task as stored, whole.
+    pub(crate) fn raw(&self) -> RawTask {
+        let split = (self.split as usize).min(self.texts.len());
+        let (content, active) = self.texts.split_at(split);
+        let mut misshapen: Vec<&'static str> = field::ALL
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.misshapen & 1 << i != 0)
+            .map(|(_, f)| *f)
+            .collect();
+        misshapen.sort_unstable();
+        RawTask {
+            content: (self.present & 1 != 0).then(|| content.into()),
+            active_form: (self.present & 2 != 0).then(|| active.into()),
+            status: self.status.clone(),
+            priority: self.priority.clone(),
+            owner: self.owner.clone(),
+            blocked_by: self.blocked_by.to_vec(),
+            position: self.position.clone(),
+            misshapen,
         }
     }
 }
@@ -332,9 +375,9 @@ impl Index {
             .map(|(id, e)| (e.position.as_str(), id.as_str()))
     }
 
-    /// Task `id` whole, read from `doc` (the index keeps no texts), if the index holds it.
-    pub(crate) fn full(&self, doc: &Automerge, id: &str) -> Option<RawTask> {
-        self.task_obj(doc, id).map(|obj| doc::read_task(doc, &obj))
+    /// Task `id` whole, if the index holds it.
+    pub(crate) fn full(&self, id: &str) -> Option<RawTask> {
+        self.tasks.get(id).map(Entry::raw)
     }
 
     /// The task ids in list order.
@@ -345,17 +388,9 @@ impl Index {
     }
 
     /// Re-reads task `id` from the document and updates the derived maps. Returns the
-    /// task as it was at `before` (the heads before the changes just applied: its texts
-    /// are read there) and as it is now.
-    fn refresh(
-        &mut self,
-        doc: &Automerge,
-        before: &[ChangeHash],
-        id: &str,
-    ) -> (Option<RawTask>, Option<RawTask>) {
-        let was = self
-            .remove(id)
-            .and_then(|_| doc::read_task_by_id(doc::View::at(doc, before), id));
+    /// task as it was and as it is now.
+    fn refresh(&mut self, doc: &Automerge, id: &str) -> (Option<RawTask>, Option<RawTask>) {
+        let was = self.remove(id).map(|e| e.raw());
         let now = self
             .tasks_obj
             .as_ref()
@@ -413,14 +448,8 @@ impl Index {
     }
 
     /// Folds freshly applied changes into the index and says what they touched.
-    /// `changes` must all be applied to `doc` already; `before` are the heads they were
-    /// applied to (where the touched tasks are read as they were).
-    pub(crate) fn absorb(
-        &mut self,
-        doc: &Automerge,
-        before: &[ChangeHash],
-        changes: &[Change],
-    ) -> Merge {
+    /// `changes` must all be applied to `doc` already.
+    pub(crate) fn absorb(&mut self, doc: &Automerge, changes: &[Change]) -> Merge {
         let decoded: Vec<automerge::ExpandedChange> = changes.iter().map(Change::decode).collect();
         let mut rebuild = false;
 
@@ -474,7 +503,10 @@ impl Index {
         }
 
         if rebuild {
-            let mut was = doc::read_tasks(doc::View::at(doc, before));
+            let mut was: BTreeMap<String, RawTask> = std::mem::take(&mut self.tasks)
+                .into_iter()
+                .map(|(id, e)| (id.to_string(), e.raw()))
+                .collect();
             *self = Index::build(doc);
             let ids: BTreeSet<String> = was
                 .keys()
@@ -486,7 +518,7 @@ impl Index {
                 .map(|id| {
                     let delta = TaskDelta {
                         before: was.remove(&id),
-                        after: self.full(doc, &id),
+                        after: self.full(&id),
                         fields: field::ALL.iter().map(|f| (*f).to_owned()).collect(),
                     };
                     (id, delta)
@@ -502,7 +534,7 @@ impl Index {
 
         let mut tasks = BTreeMap::new();
         for (id, fields) in touched_all {
-            let (before, after) = self.refresh(doc, before, &id);
+            let (before, after) = self.refresh(doc, &id);
             tasks.insert(
                 id,
                 TaskDelta {

@@ -281,7 +281,7 @@ impl TodoList {
                     "does not end at the list's heads with the changes since".to_owned(),
                 ));
             }
-            index.absorb(&rebuilt, &theirs, &since);
+            index.absorb(&rebuilt, &since);
         }
         self.doc = rebuilt.with_actor(self.doc.get_actor().clone());
         self.index = index;
@@ -354,15 +354,18 @@ impl TodoList {
         }
     }
 
-    /// The task as stored (possibly invalid, as a foreign peer wrote it), read from the
-    /// document (the index keeps no texts).
+    /// The task as stored (possibly invalid, as a foreign peer wrote it).
     pub fn raw_task(&self, id: &str) -> Option<RawTask> {
-        self.index.full(&self.doc, id)
+        self.index.full(id)
     }
 
-    /// Every task as stored, by id, read from the document in one pass.
+    /// Every task as stored, by id.
     pub fn raw_tasks(&self) -> std::collections::BTreeMap<String, RawTask> {
-        doc::read_tasks(doc::View::now(&self.doc))
+        self.index
+            .tasks
+            .iter()
+            .map(|(id, e)| (id.to_string(), e.raw()))
+            .collect()
     }
 
     /// The task as stored at `heads` (read at those heads: no copy of the document).

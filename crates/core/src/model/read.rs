@@ -36,10 +36,17 @@ impl TodoList {
             .filter(|id| self.is_ready(id))
     }
 
-    /// `todo_read`: the tasks in order at the current version, read from the document
-    /// in one pass (the index keeps no texts).
+    /// `todo_read`: the tasks in order at the current version.
     pub fn read(&self) -> Snapshot {
-        snapshot(self.version(), doc::read_tasks(doc::View::now(&self.doc)))
+        Snapshot {
+            version: self.version(),
+            tasks: self
+                .index
+                .ordered()
+                .into_iter()
+                .filter_map(|id| self.index.tasks.get(id).map(|e| normalize(id, &e.raw())))
+                .collect(),
+        }
     }
 
     /// `todo_read` as of an earlier version, read at its heads with automerge's `*_at`

@@ -66,7 +66,6 @@ impl TodoList {
             .iter()
             .map(|(id, _, _)| self.index.task_obj(&self.doc, id))
             .collect();
-        let before = self.doc.get_heads();
         let mut tx = self.doc.transaction();
         let mut tasks_obj = self.index.tasks_obj.clone();
         let mut agents = self.index.agents_obj.clone();
@@ -132,7 +131,7 @@ impl TodoList {
             return Ok(Merge::default());
         };
         self.window.record(&self.doc, std::iter::once(&change));
-        Ok(self.index.absorb(&self.doc, &before, &[change]))
+        Ok(self.index.absorb(&self.doc, &[change]))
     }
 }
 

@@ -98,10 +98,10 @@ pub(crate) fn write_task(
 }
 
 /// Whether committing `plan` would change anything at all.
-pub(crate) fn plan_is_noop(index: &Index, doc: &automerge::Automerge, plan: &Plan) -> bool {
+pub(crate) fn plan_is_noop(index: &Index, plan: &Plan) -> bool {
     plan.changed
         .iter()
-        .all(|(id, d)| match (d, index.full(doc, id)) {
+        .all(|(id, d)| match (d, index.full(id)) {
             (None, None) => true,
             (None, Some(_)) | (Some(_), None) => false,
             (Some(d), Some(raw)) => raw_matches(&raw, d),
@@ -170,13 +170,8 @@ impl TodoList {
         let existing: Vec<Option<(automerge::ObjId, RawTask)>> = plan
             .changed
             .keys()
-            .map(|id| {
-                let obj = index.task_obj(&self.doc, id)?;
-                let raw = doc::read_task(&self.doc, &obj);
-                Some((obj, raw))
-            })
+            .map(|id| Some((index.task_obj(&self.doc, id)?, index.full(id)?)))
             .collect();
-        let before = self.doc.get_heads();
         let mut tx = self.doc.transaction();
         let mut wrote = false;
         for ((id, d), existing) in plan.changed.iter().zip(&existing) {
@@ -205,6 +200,6 @@ impl TodoList {
             return Ok(Merge::default());
         };
         self.window.record(&self.doc, std::iter::once(&change));
-        Ok(self.index.absorb(&self.doc, &before, &[change]))
+        Ok(self.index.absorb(&self.doc, &[change]))
     }
 }

@@ -97,9 +97,9 @@ impl TodoList {
             } if *v != self.version() => Some(self.base_tasks(v)?),
             _ => None,
         };
-        let plan = write::plan(&self.index, &self.doc, req, ctx, base.as_ref())?;
+        let plan = write::plan(&self.index, req, ctx, base.as_ref())?;
         let version = self.version();
-        if write::plan_is_noop(&self.index, &self.doc, &plan) {
+        if write::plan_is_noop(&self.index, &plan) {
             return Ok((
                 WriteResult {
                     version,

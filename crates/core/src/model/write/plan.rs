@@ -4,11 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use automerge::Automerge;
-
 use super::check::{check_patch, exists, validate};
 use super::{err, Desired, Plan, WriteContext};
-use crate::model::doc::{self, RawTask};
+use crate::model::doc::RawTask;
 use crate::model::index::Index;
 use crate::model::{normalize, position};
 use crate::proto::{
@@ -60,8 +58,6 @@ fn apply_fields(task: &mut Task, p: &TaskPatch) {
 /// The draft: the list's index plus the tasks this write changes.
 pub(super) struct Draft<'a> {
     pub(super) index: &'a Index,
-    /// The document the index is of: the tasks' texts are read from it.
-    doc: &'a Automerge,
     pub(super) plan: Plan,
     generated: u64,
     seed: u64,
@@ -74,10 +70,9 @@ pub(super) struct Draft<'a> {
 }
 
 impl<'a> Draft<'a> {
-    fn new(index: &'a Index, doc: &'a Automerge, seed: u64) -> Self {
+    fn new(index: &'a Index, seed: u64) -> Self {
         Draft {
             index,
-            doc,
             plan: Plan::default(),
             generated: 0,
             seed,
@@ -89,7 +84,7 @@ impl<'a> Draft<'a> {
     fn get(&self, id: &str) -> Option<Desired> {
         match self.plan.changed.get(id) {
             Some(d) => d.clone(),
-            None => self.index.full(self.doc, id).map(|raw| Desired {
+            None => self.index.full(id).map(|raw| Desired {
                 task: normalize(id, &raw),
                 position: raw.position.to_string(),
             }),
@@ -297,7 +292,6 @@ fn longest_increasing<T: Ord>(keys: &[T]) -> BTreeSet<usize> {
 /// (replace only): ids and contents.
 pub(crate) fn plan(
     index: &Index,
-    doc: &Automerge,
     req: &WriteRequest,
     ctx: &WriteContext,
     base: Option<&BTreeMap<String, RawTask>>,
@@ -314,7 +308,7 @@ pub(crate) fn plan(
             ));
         }
     }
-    let mut draft = Draft::new(index, doc, ctx.id_seed);
+    let mut draft = Draft::new(index, ctx.id_seed);
     match &req.mode {
         WriteMode::Patch { ops } => {
             if ops.len() > WRITE_OPS_MAX {
@@ -361,7 +355,11 @@ pub(crate) fn plan(
             let base = match base {
                 Some(b) => b,
                 None => {
-                    base_all = doc::read_tasks(doc::View::now(doc));
+                    base_all = index
+                        .tasks
+                        .iter()
+                        .map(|(id, e)| (id.to_string(), e.raw()))
+                        .collect();
                     &base_all
                 }
             };
