@@ -69,7 +69,7 @@ impl Status {
     ];
 
     /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Status::Pending => "pending",
             Status::InProgress => "in_progress",
@@ -138,7 +138,7 @@ impl Priority {
     pub const ALL: [Priority; 3] = [Priority::High, Priority::Medium, Priority::Low];
 
     /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Priority::High => "high",
             Priority::Medium => "medium",

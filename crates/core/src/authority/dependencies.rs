@@ -78,12 +78,12 @@ impl Authority {
                     changes: Vec::new(),
                 });
             }
-            if normalize_status(raw.status.as_deref()) == Status::Completed {
+            if normalize_status(raw.status()) == Status::Completed {
                 for dep in &raw.blocked_by {
                     let Some(d) = index.tasks.get(dep.as_str()) else {
                         continue;
                     };
-                    if !normalize_status(d.status.as_deref()).is_open() {
+                    if !normalize_status(d.status()).is_open() {
                         continue;
                     }
                     let status = written(list, id, field::STATUS);

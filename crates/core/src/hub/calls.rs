@@ -154,7 +154,7 @@ fn pick(list: &TodoList, agent: &str, named: Option<&str>) -> Result<Task, ApiEr
         return list
             .ready_tasks()
             .min_by_key(|id| {
-                normalize_priority(index.tasks.get(*id).and_then(|e| e.priority.as_deref()))
+                normalize_priority(index.tasks.get(*id).and_then(|e| e.priority()))
             })
             .and_then(|id| list.raw_task(id).map(|raw| normalize(id, &raw)))
             .ok_or_else(|| {

@@ -14,6 +14,7 @@ use automerge::{legacy, ActorId, Automerge, Change, ObjId as ExId, ObjType, Prop
 
 use super::doc::{self, field, OpKey, RawTask, SmolStr, TASK_ENTRY};
 use super::Status;
+use crate::proto::Priority;
 
 /// What an object of the document is, as far as the list is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,16 +171,43 @@ impl<'a> Places<'a> {
     }
 }
 
-/// One task as the index keeps it: every field as stored, in few bytes. Its two texts
-/// share one allocation, its misshapen fields are bits, its dependencies a boxed slice;
-/// its map in the document is not kept ([`Index::task_obj`] looks it up). A hub holds
-/// this beside the document of every list it has loaded.
+/// The statuses an entry keeps in a byte (their place here, plus one).
+const STATUS_WORDS: [&str; 5] = [
+    Status::ALL[0].as_str(),
+    Status::ALL[1].as_str(),
+    Status::ALL[2].as_str(),
+    Status::ALL[3].as_str(),
+    Status::ALL[4].as_str(),
+];
+/// The priorities an entry keeps in a byte.
+const PRIORITY_WORDS: [&str; 3] = [
+    Priority::ALL[0].as_str(),
+    Priority::ALL[1].as_str(),
+    Priority::ALL[2].as_str(),
+];
+/// The code of a value that is none of the words: kept in [`Entry::odd`].
+const OTHER_WORD: u8 = u8::MAX;
+
+/// A status or priority as a code: 0 absent, `i + 1` the `i`-th word, [`OTHER_WORD`]
+/// anything else (returned, to keep aside).
+fn word_code(value: Option<&SmolStr>, words: &[&str]) -> (u8, Option<SmolStr>) {
+    let Some(v) = value else {
+        return (0, None);
+    };
+    match words.iter().position(|w| *w == v.as_str()) {
+        Some(i) => (u8::try_from(i + 1).unwrap_or(OTHER_WORD), None),
+        None => (OTHER_WORD, Some(v.clone())),
+    }
+}
+
+/// One task as the index keeps it: every field as stored, in few bytes. A status and a
+/// priority the model knows are a byte each (any other value a foreign peer wrote sits
+/// aside until the authority repairs it); its two texts share one allocation, its
+/// misshapen fields are bits, its dependencies a boxed slice; its map in the document is
+/// not kept ([`Index::task_obj`] looks it up). A hub holds this beside the document of
+/// every list it has loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entry {
-    /// `status` as written.
-    pub(crate) status: Option<SmolStr>,
-    /// `priority` as written.
-    pub(crate) priority: Option<SmolStr>,
     /// `owner`, if present and a string.
     pub(crate) owner: Option<SmolStr>,
     /// `blocked_by` entries that are strings.
@@ -194,6 +222,12 @@ pub(crate) struct Entry {
     present: u8,
     /// Bit `i`: `field::ALL[i]` is misshapen.
     misshapen: u8,
+    /// The status's code ([`word_code`] over [`STATUS_WORDS`]).
+    status: u8,
+    /// The priority's code ([`word_code`] over [`PRIORITY_WORDS`]).
+    priority: u8,
+    /// A status and a priority that are none of the words, as written.
+    odd: Option<Box<[Option<SmolStr>; 2]>>,
 }
 
 impl Entry {
@@ -208,9 +242,14 @@ impl Entry {
             .enumerate()
             .filter(|(_, f)| raw.misshapen.contains(f))
             .fold(0u8, |bits, (i, _)| bits | 1 << i);
+        let (status, odd_status) = word_code(raw.status.as_ref(), &STATUS_WORDS);
+        let (priority, odd_priority) = word_code(raw.priority.as_ref(), &PRIORITY_WORDS);
+        let odd = (odd_status.is_some() || odd_priority.is_some())
+            .then(|| Box::new([odd_status, odd_priority]));
         Entry {
-            status: raw.status.clone(),
-            priority: raw.priority.clone(),
+            status,
+            priority,
+            odd,
             owner: raw.owner.clone(),
             blocked_by: raw.blocked_by.clone().into_boxed_slice(),
             position: raw.position.clone(),
@@ -220,6 +259,24 @@ impl Entry {
             split: u32::try_from(content.len()).unwrap_or(u32::MAX),
             present: u8::from(raw.content.is_some()) | u8::from(raw.active_form.is_some()) << 1,
             misshapen,
+        }
+    }
+
+    /// `status` as written.
+    pub(crate) fn status(&self) -> Option<&str> {
+        self.word(self.status, 0, &STATUS_WORDS)
+    }
+
+    /// `priority` as written.
+    pub(crate) fn priority(&self) -> Option<&str> {
+        self.word(self.priority, 1, &PRIORITY_WORDS)
+    }
+
+    fn word<'e>(&'e self, code: u8, slot: usize, words: &[&'static str]) -> Option<&'e str> {
+        match code {
+            0 => None,
+            OTHER_WORD => self.odd.as_ref()?[slot].as_deref(),
+            c => words.get(usize::from(c) - 1).copied(),
         }
     }
 
@@ -237,8 +294,8 @@ impl Entry {
         RawTask {
             content: (self.present & 1 != 0).then(|| content.into()),
             active_form: (self.present & 2 != 0).then(|| active.into()),
-            status: self.status.clone(),
-            priority: self.priority.clone(),
+            status: self.status().map(SmolStr::new),
+            priority: self.priority().map(SmolStr::new),
             owner: self.owner.clone(),
             blocked_by: self.blocked_by.to_vec(),
             position: self.position.clone(),
@@ -404,8 +461,8 @@ impl Index {
 
     fn remove(&mut self, id: &str) -> Option<Entry> {
         let entry = self.tasks.remove(id)?;
-        self.counts[count_slot(entry.status.as_deref())] -= 1;
-        if entry.status.as_deref() == Some("in_progress") {
+        self.counts[count_slot(entry.status())] -= 1;
+        if entry.status() == Some("in_progress") {
             if let Some(set) = self.active.get_mut(&entry.owner) {
                 set.remove(id);
                 if set.is_empty() {
@@ -432,8 +489,8 @@ impl Index {
     /// Counts task `id` and records it in the maps derived from its fields (its status,
     /// owner and dependencies).
     fn derive(&mut self, id: &str, raw: &Entry) {
-        self.counts[count_slot(raw.status.as_deref())] += 1;
-        if raw.status.as_deref() == Some("in_progress") {
+        self.counts[count_slot(raw.status())] += 1;
+        if raw.status() == Some("in_progress") {
             self.active
                 .entry(raw.owner.clone())
                 .or_default()

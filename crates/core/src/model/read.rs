@@ -14,7 +14,7 @@ impl TodoList {
         self.index
             .tasks
             .get(id)
-            .is_none_or(|t| normalize_status(t.status.as_deref()) == Status::Completed)
+            .is_none_or(|t| normalize_status(t.status()) == Status::Completed)
     }
 
     /// Whether task `id` can be claimed now: pending, unowned, and every task it waits
@@ -22,7 +22,7 @@ impl TodoList {
     /// announces. Its cost follows the task's dependencies, not the list.
     pub fn is_ready(&self, id: &str) -> bool {
         self.index.tasks.get(id).is_some_and(|t| {
-            normalize_status(t.status.as_deref()) == Status::Pending
+            normalize_status(t.status()) == Status::Pending
                 && t.owner.is_none()
                 && t.blocked_by.iter().all(|b| self.is_done(b))
         })

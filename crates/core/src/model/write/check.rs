@@ -201,7 +201,7 @@ pub(super) fn validate(index: &Index, plan: &Plan) -> Result<(), ApiError> {
         // is refused; a list that is already over the limit after a merge stays
         // editable, and the authority reports it.
         let already_active = index.tasks.get(id.as_str()).is_some_and(|e| {
-            e.status.as_deref() == Some(Status::InProgress.as_str())
+            e.status() == Some(Status::InProgress.as_str())
                 && e.owner.as_deref() == d.task.owner.as_deref()
         });
         if d.task.status == Status::InProgress && !already_active {
