@@ -4,172 +4,18 @@
 //! costs time proportional to the whole document, so neither may run on every merge.
 //! Instead the index decodes the operations of the changes that were just applied, maps
 //! each operation to the task and field it touches (by the object's place in the
-//! document, which automerge keeps: [`Places`]), and re-reads only those tasks. Reads,
+//! document, which automerge keeps: `places.rs`), and re-reads only those tasks. Reads,
 //! the order and the authority's lookups (in-progress tasks per owner, reverse
 //! dependencies, counts) come from here.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
-use automerge::{legacy, ActorId, Automerge, Change, ObjId as ExId, ObjType, Prop, ReadDoc};
+use automerge::{legacy, ActorId, Automerge, Change, ObjId as ExId, ReadDoc};
 
-use super::doc::{self, field, OpKey, RawTask, SmolStr, TASK_ENTRY};
+use super::doc::{self, field, RawTask, SmolStr, TASK_ENTRY};
+use super::places::{Places, Role};
 use super::Status;
 use crate::proto::Priority;
-
-/// What an object of the document is, as far as the list is concerned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Role {
-    /// The root `tasks` map.
-    Tasks,
-    /// The root `agents` map.
-    Agents,
-    /// The map of one task (the entry may have lost a conflict: it is still the task).
-    Task(SmolStr),
-    /// An object (Text, List) holding one field of a task.
-    Field(SmolStr, SmolStr),
-}
-
-/// The roles of the objects one batch of operations names, found from the document:
-/// automerge keeps every object's parent and key (`ReadDoc::parents`), so the list
-/// keeps no table of its own (one was 180 bytes a task) and pays a walk up the
-/// document — two or three steps — once per object a merge touches.
-struct Places<'a> {
-    doc: &'a Automerge,
-    tasks: Option<&'a ExId>,
-    agents: Option<&'a ExId>,
-    known: HashMap<OpKey, Option<Role>>,
-}
-
-impl<'a> Places<'a> {
-    fn new(doc: &'a Automerge, index: &'a Index) -> Self {
-        Places {
-            doc,
-            tasks: index.tasks_obj.as_ref(),
-            agents: index.agents_obj.as_ref(),
-            known: HashMap::new(),
-        }
-    }
-
-    /// Learns the roles of the objects `changes` make from their `Make` operations, until
-    /// nothing new appears (an object can be made inside another made in the same batch,
-    /// in any order): a list's first sync makes thousands of task maps, and looking each
-    /// up in the document costs far more than reading its role off the operation.
-    fn learn(&mut self, changes: &[automerge::ExpandedChange]) {
-        let made_here: std::collections::HashSet<OpKey> = changes
-            .iter()
-            .flat_map(|ch| {
-                ch.operations
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, op)| matches!(op.action, legacy::OpType::Make(_)))
-                    .map(|(i, _)| OpKey {
-                        counter: u64::from(ch.start_op) + i as u64,
-                        actor: ch.actor_id.clone(),
-                    })
-            })
-            .collect();
-        loop {
-            let mut learned = false;
-            for ch in changes {
-                for (i, op) in ch.operations.iter().enumerate() {
-                    let legacy::OpType::Make(obj_type) = op.action else {
-                        continue;
-                    };
-                    let made = OpKey {
-                        counter: u64::from(ch.start_op) + i as u64,
-                        actor: ch.actor_id.clone(),
-                    };
-                    if self.known.contains_key(&made) {
-                        continue;
-                    }
-                    let parent = match &op.obj {
-                        legacy::ObjectId::Root => None,
-                        legacy::ObjectId::Id(id) => {
-                            let key = OpKey {
-                                counter: id.counter(),
-                                actor: id.actor().clone(),
-                            };
-                            match self.known.get(&key) {
-                                Some(role) => role.clone(),
-                                // A parent made by this batch, not learned yet: next round.
-                                None if made_here.contains(&key) => continue,
-                                None => self.role(&op.obj),
-                            }
-                        }
-                    };
-                    let role = match (parent, &op.key) {
-                        (Some(Role::Tasks), legacy::Key::Map(k)) if obj_type == ObjType::Map => {
-                            Some(Role::Task(k.as_str().into()))
-                        }
-                        (Some(Role::Task(t)), legacy::Key::Map(k)) => {
-                            Some(Role::Field(t, k.as_str().into()))
-                        }
-                        (Some(Role::Field(t, f)), _) => Some(Role::Field(t, f)),
-                        _ => None,
-                    };
-                    self.known.insert(made, role);
-                    learned = true;
-                }
-            }
-            if !learned {
-                break;
-            }
-        }
-    }
-
-    /// The role of the object an operation names (`None`: the root, or an object
-    /// outside the list's two maps).
-    fn role(&mut self, obj: &legacy::ObjectId) -> Option<Role> {
-        let legacy::ObjectId::Id(op) = obj else {
-            return None;
-        };
-        let key = OpKey {
-            counter: op.counter(),
-            actor: op.actor().clone(),
-        };
-        if let Some(role) = self.known.get(&key) {
-            return role.clone();
-        }
-        // The actor's index in the document is not known here: automerge looks the
-        // actor up when the index it is given does not match.
-        let exid = ExId::Id(key.counter, key.actor.clone(), usize::MAX);
-        let role = self.find(&exid);
-        self.known.insert(key, role.clone());
-        role
-    }
-
-    fn find(&self, obj: &ExId) -> Option<Role> {
-        if Some(obj) == self.tasks {
-            return Some(Role::Tasks);
-        }
-        if Some(obj) == self.agents {
-            return Some(Role::Agents);
-        }
-        let tasks = self.tasks?;
-        // From the object up: `(parent, the object's key in it)`, its type.
-        let mut path: Vec<(ExId, Prop, ObjType)> = Vec::new();
-        for parent in self.doc.parents(obj).ok()? {
-            path.push((parent.obj, parent.prop, parent.typ));
-        }
-        // From the root down: the `tasks` map, the task's map, the field.
-        path.reverse();
-        let (under_tasks, Prop::Map(id), _) = path.get(1)? else {
-            return None;
-        };
-        if under_tasks != tasks {
-            return None;
-        }
-        match path.get(2) {
-            // The object is under `tasks` itself: a task if it is a map.
-            None => (self.doc.object_type(obj).ok()? == ObjType::Map)
-                .then(|| Role::Task(id.as_str().into())),
-            Some((_, Prop::Map(f), ObjType::Map)) => {
-                Some(Role::Field(id.as_str().into(), f.as_str().into()))
-            }
-            Some(_) => None,
-        }
-    }
-}
 
 /// The statuses an entry keeps in a byte (their place here, plus one).
 const STATUS_WORDS: [&str; 5] = [
@@ -511,7 +357,7 @@ impl Index {
         let mut rebuild = false;
 
         // What each change touched.
-        let mut places = Places::new(doc, self);
+        let mut places = Places::new(doc, self.tasks_obj.as_ref(), self.agents_obj.as_ref());
         places.learn(&decoded);
         let mut infos = Vec::with_capacity(changes.len());
         let mut touched_all: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

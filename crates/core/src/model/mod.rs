@@ -43,6 +43,7 @@ mod doc;
 mod history;
 mod index;
 mod normalize;
+mod places;
 mod position;
 mod read;
 mod repair;
