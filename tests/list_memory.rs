@@ -20,7 +20,8 @@ use swarmtodo::model::TodoList;
 #[global_allocator]
 static ALLOCATOR: swarmtodo::memory::Counting = swarmtodo::memory::Counting;
 
-/// One measurement at a time.
+/// One test at a time, taken before anything is built: a list built on another thread
+/// while one test measures would count in its figures.
 static MEASURING: Mutex<()> = Mutex::new(());
 
 /// Tasks and changes of the list: a history three times the sync window.
@@ -57,8 +58,8 @@ fn sync_into(from: &mut automerge::Automerge, to: &mut TodoList) {
 
 #[test]
 fn a_list_synced_in_one_piece_keeps_a_bounded_window_and_shrinks_when_rebuilt() {
-    let lead = list_with_history(TASKS, CHANGES);
     let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let lead = list_with_history(TASKS, CHANGES);
     let mut peer = lead.doc().clone();
     drop(lead);
 
@@ -117,6 +118,7 @@ fn long_content(i: usize) -> String {
 
 #[test]
 fn a_loaded_list_costs_its_document_and_a_small_index() {
+    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let mut lead = TodoList::create(actor(1));
     let ops = (0..TASKS)
         .map(|i| {
@@ -129,7 +131,6 @@ fn a_loaded_list_costs_its_document_and_a_small_index() {
     common::write(&mut lead, "lead", common::patch(ops));
     let saved = lead.save();
     drop(lead);
-    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
 
     let before = live();
     let doc = automerge::Automerge::load(&saved).unwrap();
@@ -174,8 +175,8 @@ fn peer_id(n: u64) -> PeerId {
 /// once it knows the peer's heads, or every idle agent costs it the history's filter.
 #[test]
 fn an_idle_peer_in_step_costs_the_hub_little_whatever_the_history() {
-    let lead = list_with_history(TASKS, CHANGES);
     let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let lead = list_with_history(TASKS, CHANGES);
     let config = HubConfig::new(actor(0xA0));
     let hub_id = config.peer_id.clone();
     let mut core = HubCore::new(config);
