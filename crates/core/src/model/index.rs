@@ -283,11 +283,12 @@ impl Index {
         self.tasks.get(id).map(Entry::raw)
     }
 
-    /// The task ids in list order.
-    pub(crate) fn ordered(&self) -> Vec<&str> {
-        let mut keys: Vec<(&str, &str)> = self.order_keys().collect();
-        keys.sort_unstable();
-        keys.into_iter().map(|(_, id)| id).collect()
+    /// The tasks in list order, with their ids.
+    pub(crate) fn ordered(&self) -> Vec<(&str, &Entry)> {
+        let mut tasks: Vec<(&SmolStr, &Entry)> = self.tasks.iter().collect();
+        tasks
+            .sort_unstable_by(|(a_id, a), (b_id, b)| (&a.position, a_id).cmp(&(&b.position, b_id)));
+        tasks.into_iter().map(|(id, e)| (id.as_str(), e)).collect()
     }
 
     /// Re-reads task `id` from the document and updates the derived maps. Returns the

@@ -62,10 +62,7 @@ impl<'a> Places<'a> {
                     .iter()
                     .enumerate()
                     .filter(|(_, op)| matches!(op.action, legacy::OpType::Make(_)))
-                    .map(|(i, _)| OpKey {
-                        counter: u64::from(ch.start_op) + i as u64,
-                        actor: ch.actor_id.clone(),
-                    })
+                    .map(|(i, _)| made_key(ch, i))
             })
             .collect();
         loop {
@@ -75,28 +72,18 @@ impl<'a> Places<'a> {
                     let legacy::OpType::Make(obj_type) = op.action else {
                         continue;
                     };
-                    let made = OpKey {
-                        counter: u64::from(ch.start_op) + i as u64,
-                        actor: ch.actor_id.clone(),
-                    };
+                    let made = made_key(ch, i);
                     if self.known.contains_key(&made) {
                         continue;
                     }
-                    let parent = match &op.obj {
-                        legacy::ObjectId::Root => None,
-                        legacy::ObjectId::Id(id) => {
-                            let key = OpKey {
-                                counter: id.counter(),
-                                actor: id.actor().clone(),
-                            };
-                            match self.known.get(&key) {
-                                Some(role) => role.clone(),
-                                // A parent made by this batch, not learned yet: next round.
-                                None if made_here.contains(&key) => continue,
-                                None => self.role(&op.obj),
-                            }
+                    // A parent made by this batch, not learned yet: next round.
+                    if let legacy::ObjectId::Id(id) = &op.obj {
+                        let key = op_key(id);
+                        if !self.known.contains_key(&key) && made_here.contains(&key) {
+                            continue;
                         }
-                    };
+                    }
+                    let parent = self.role(&op.obj);
                     let role = match (parent, &op.key) {
                         (Some(Role::Tasks), legacy::Key::Map(k)) if obj_type == ObjType::Map => {
                             Some(Role::Task(k.as_str().into()))
@@ -123,10 +110,7 @@ impl<'a> Places<'a> {
         let legacy::ObjectId::Id(op) = obj else {
             return None;
         };
-        let key = OpKey {
-            counter: op.counter(),
-            actor: op.actor().clone(),
-        };
+        let key = op_key(op);
         if let Some(role) = self.known.get(&key) {
             return role.clone();
         }
@@ -168,5 +152,22 @@ impl<'a> Places<'a> {
             }
             Some(_) => None,
         }
+    }
+}
+
+/// The object the `i`-th operation of `ch` makes (its id: the change's first counter
+/// plus `i`, the change's actor).
+fn made_key(ch: &automerge::ExpandedChange, i: usize) -> OpKey {
+    OpKey {
+        counter: u64::from(ch.start_op) + i as u64,
+        actor: ch.actor_id.clone(),
+    }
+}
+
+/// An operation id of a decoded change as a key.
+fn op_key(id: &legacy::OpId) -> OpKey {
+    OpKey {
+        counter: id.counter(),
+        actor: id.actor().clone(),
     }
 }

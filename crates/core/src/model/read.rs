@@ -33,6 +33,7 @@ impl TodoList {
         self.index
             .ordered()
             .into_iter()
+            .map(|(id, _)| id)
             .filter(|id| self.is_ready(id))
     }
 
@@ -44,7 +45,7 @@ impl TodoList {
                 .index
                 .ordered()
                 .into_iter()
-                .filter_map(|id| self.index.tasks.get(id).map(|e| normalize(id, &e.raw())))
+                .map(|(id, e)| normalize(id, &e.raw()))
                 .collect(),
         }
     }
