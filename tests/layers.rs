@@ -25,6 +25,8 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "swarmtodo-client",
             "swarmtodo-hub",
             "swarmtodo-sim",
+            "swarmtodo-cluster",
+            "async-nats",
         ],
     ),
     (
@@ -38,10 +40,23 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "swarmtodo-client",
             "swarmtodo-hub",
             "swarmtodo-sim",
+            "swarmtodo-cluster",
+            "async-nats",
         ],
     ),
     (
         "swarmtodo-store",
+        &[
+            "tungstenite",
+            "swarmtodo-client",
+            "swarmtodo-hub",
+            "swarmtodo-sim",
+            "swarmtodo-cluster",
+            "async-nats",
+        ],
+    ),
+    (
+        "swarmtodo-cluster",
         &[
             "tungstenite",
             "swarmtodo-client",
@@ -57,6 +72,8 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "swarmtodo-store",
             "swarmtodo-hub",
             "swarmtodo-sim",
+            "swarmtodo-cluster",
+            "async-nats",
         ],
     ),
     ("swarmtodo-hub", &["swarmtodo-client", "swarmtodo-sim"]),
@@ -175,6 +192,7 @@ fn crates_depend_only_downwards() {
     // And the check is not empty: the core does build on automerge, the client on tokio.
     assert!(closure(&id_of("swarmtodo-core"), &names, &edges).contains("automerge"));
     assert!(closure(&id_of("swarmtodo-client"), &names, &edges).contains("tokio"));
+    assert!(closure(&id_of("swarmtodo-cluster"), &names, &edges).contains("async-nats"));
 }
 
 #[test]

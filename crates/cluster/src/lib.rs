@@ -1,0 +1,232 @@
+//! Many hubs on one NATS JetStream (docs/DESIGN.md §10): each list's log, and one
+//! authority per list by a fenced lease.
+//!
+//! - [`Cluster::connect`] joins a hub to the cluster: the log stream and the lease
+//!   bucket are made on first use, with one copy or three (a three-server NATS cluster
+//!   keeps them by Raft).
+//! - The log (`log.rs`): a subject per list in one stream; a commit — a merge's
+//!   changes, its events and the keys they reported — is one record (in parts past
+//!   the size of a message), so a reader sees all of a commit or none of it.
+//! - The lease (`lease.rs`): a key per list in a bucket whose entries end after the
+//!   lease's time to live unless renewed; its revision is the fencing token.
+//! - The term (`tenure.rs`): taking a list fences its log, and every append names the
+//!   sequence it follows, so a former holder that wakes up is refused by the log itself.
+
+mod lease;
+pub mod limits;
+mod log;
+pub mod record;
+mod tenure;
+
+use std::time::Duration;
+
+use swarmtodo_store::DocId;
+
+pub use self::lease::{Lease, LEASE_BUCKET};
+pub use self::log::{subject, Entry, Logged, Read, LOG_STREAM, LOG_SUBJECT_PREFIX};
+/// The headers of a log record (docs/DESIGN.md §10).
+pub mod headers {
+    pub use crate::log::{HUB, KIND, LEASE, PART};
+}
+use self::limits::{HUB_ID_BYTES_MAX, LEASE_TTL_DEFAULT, LEASE_TTL_MIN, NATS_REQUEST_TIMEOUT};
+pub use self::tenure::Tenure;
+
+/// How a hub joins a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// The NATS server(s), as `nats://host:port` (several separated by commas).
+    pub url: String,
+    /// This hub's id: names it as a lease's holder and a record's writer. Unique in
+    /// the cluster.
+    pub hub: String,
+    /// Copies of the log and the leases NATS keeps: 1, or 3 on a three-server cluster.
+    pub replicas: usize,
+    /// How long a lease lasts unless renewed ([`LEASE_TTL_DEFAULT`]).
+    pub lease_ttl: Duration,
+}
+
+impl ClusterConfig {
+    /// A hub `hub` on the NATS server at `url`, one copy, the default lease.
+    pub fn new(url: impl Into<String>, hub: impl Into<String>) -> ClusterConfig {
+        ClusterConfig {
+            url: url.into(),
+            hub: hub.into(),
+            replicas: 1,
+            lease_ttl: LEASE_TTL_DEFAULT,
+        }
+    }
+}
+
+/// One hub's handle on the cluster.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    hub: String,
+    log: log::Log,
+    leases: lease::Leases,
+}
+
+impl Cluster {
+    /// Connects to NATS and opens (or makes) the log stream and the lease bucket.
+    pub async fn connect(config: &ClusterConfig) -> Result<Cluster, ClusterError> {
+        let hub = &config.hub;
+        if hub.is_empty()
+            || hub.len() > HUB_ID_BYTES_MAX
+            || !hub
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ClusterError::BadConfig(format!(
+                "hub id {hub:?}: give 1 to {HUB_ID_BYTES_MAX} letters, digits, '-' or '_'"
+            )));
+        }
+        if config.lease_ttl < LEASE_TTL_MIN {
+            return Err(ClusterError::BadConfig(format!(
+                "a lease of {:?} is shorter than the {LEASE_TTL_MIN:?} allowed",
+                config.lease_ttl
+            )));
+        }
+        if !matches!(config.replicas, 1 | 3) {
+            return Err(ClusterError::BadConfig(format!(
+                "{} replicas: give 1, or 3 on a three-server NATS cluster",
+                config.replicas
+            )));
+        }
+        let client = async_nats::ConnectOptions::new()
+            .name(format!("swarmtodo hub {hub}"))
+            .request_timeout(Some(NATS_REQUEST_TIMEOUT))
+            .connect(config.url.as_str())
+            .await
+            .map_err(|e| ClusterError::Connect {
+                url: config.url.clone(),
+                reason: e.to_string(),
+            })?;
+        let mut js = async_nats::jetstream::new(client);
+        js.set_timeout(NATS_REQUEST_TIMEOUT);
+        let log = log::Log::open(js.clone(), config.replicas).await?;
+        let leases = lease::Leases::open(&js, hub, config.lease_ttl, config.replicas).await?;
+        Ok(Cluster {
+            hub: hub.clone(),
+            log,
+            leases,
+        })
+    }
+
+    /// This hub's id.
+    pub fn hub(&self) -> &str {
+        &self.hub
+    }
+
+    /// Reads list `doc`'s log after sequence `after` (0: from its start), up to its end
+    /// as it is now.
+    pub async fn read(&self, doc: DocId, after: u64) -> Result<Read, ClusterError> {
+        self.log.read(doc, after).await
+    }
+
+    /// The sequence of the last message of `doc`'s log (0: none).
+    pub async fn last_seq(&self, doc: DocId) -> Result<u64, ClusterError> {
+        self.log.last_seq(doc).await
+    }
+
+    /// The hub that holds list `doc` now and its lease's revision, if any.
+    pub async fn holder(&self, doc: DocId) -> Result<Option<(String, u64)>, ClusterError> {
+        self.leases.holder(doc).await
+    }
+}
+
+/// What the cluster refused or failed to do. [`ClusterError::code`] is stable.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// NATS could not be reached.
+    #[error("cannot reach NATS at {url}: {reason} (is nats-server running there, with -js?)")]
+    Connect {
+        /// The address given.
+        url: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The hub's cluster settings are not usable.
+    #[error("cluster settings: {0}")]
+    BadConfig(String),
+    /// A JetStream request failed (the server is down, has no JetStream, timed out).
+    #[error("JetStream: {0}")]
+    JetStream(String),
+    /// The lease bucket counts another time to live than this hub was given.
+    #[error(
+        "the lease bucket keeps leases {bucket:?}, this hub was given {configured:?}: give \
+         every hub of the cluster the same lease"
+    )]
+    LeaseTtlMismatch {
+        /// The bucket's.
+        bucket: Duration,
+        /// This hub's.
+        configured: Duration,
+    },
+    /// Another hub is the list's authority.
+    #[error("list {doc} is held by hub {by}: send its writes there, or wait for its lease to end")]
+    LeaseHeld {
+        /// The list.
+        doc: DocId,
+        /// The holder.
+        by: String,
+    },
+    /// This hub's term as the list's authority ended: another hub took it.
+    #[error("this hub lost list {doc} to another hub: stop acting for it, take it again")]
+    LeaseLost {
+        /// The list.
+        doc: DocId,
+    },
+    /// This hub's lease ran out before it could renew it.
+    #[error("this hub's lease on list {doc} ran out: stop acting for it, take it again")]
+    LeaseExpired {
+        /// The list.
+        doc: DocId,
+    },
+    /// The log refused an append: the list's log moved past what the writer saw
+    /// (another hub took the list and fenced it).
+    #[error(
+        "the log of list {doc} refused an append after sequence {expected}: another hub \
+         holds the list"
+    )]
+    Fenced {
+        /// The list.
+        doc: DocId,
+        /// The sequence the append named.
+        expected: u64,
+    },
+    /// A record is larger than its limit.
+    #[error("{what} is {bytes} bytes, more than the {max} allowed")]
+    TooLarge {
+        /// What was too large.
+        what: &'static str,
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A record of the log does not decode.
+    #[error("record {seq} of the log does not decode: {reason}")]
+    CorruptRecord {
+        /// Its sequence.
+        seq: u64,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl ClusterError {
+    /// A stable, machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ClusterError::Connect { .. } => "cluster_connect",
+            ClusterError::BadConfig(_) => "cluster_bad_config",
+            ClusterError::JetStream(_) => "cluster_jetstream",
+            ClusterError::LeaseTtlMismatch { .. } => "cluster_lease_ttl_mismatch",
+            ClusterError::LeaseHeld { .. } => "cluster_lease_held",
+            ClusterError::LeaseLost { .. } => "cluster_lease_lost",
+            ClusterError::LeaseExpired { .. } => "cluster_lease_expired",
+            ClusterError::Fenced { .. } => "cluster_fenced",
+            ClusterError::TooLarge { .. } => "cluster_too_large",
+            ClusterError::CorruptRecord { .. } => "cluster_corrupt_record",
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! Each list's log: one JetStream stream, a subject per list, records in order.
+//!
+//! A record is a commit (`record.rs`), split into parts when it is larger than one
+//! message may be, or a fence: the mark a new authority writes when it takes a list,
+//! after which the log refuses the previous holder's appends. Every append names the
+//! sequence the writer last saw on the list's subject
+//! (`Nats-Expected-Last-Subject-Sequence`), so the log itself refuses a writer that
+//! is not up to date — the fencing the authority's lease relies on (`tenure.rs`).
+//!
+//! The parts of one commit are appended one after the other, each expecting the one
+//! before, so nothing can come between them but a fence: a commit whose writer died
+//! half-way is cut by the next holder's fence and readers drop it. It was never
+//! acknowledged, so nothing acknowledged is lost.
+
+use async_nats::jetstream::{self, consumer, context::PublishErrorKind, stream};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use swarmtodo_store::{Batch, DocId};
+
+use crate::limits::{
+    LOG_PART_BYTES_MAX, LOG_RECORD_BYTES_MAX, LOG_RECORD_PARTS_MAX, NATS_REQUEST_TIMEOUT,
+    READ_BATCH_BYTES, READ_BATCH_MESSAGES, READ_CONSUMER_IDLE,
+};
+use crate::{record, ClusterError};
+
+/// The stream of every list's log.
+pub const LOG_STREAM: &str = "SWARMTODO_LOG";
+/// The prefix of a list's subject in [`LOG_STREAM`]: `swarmtodo.log.<document id>`.
+pub const LOG_SUBJECT_PREFIX: &str = "swarmtodo.log.";
+
+/// The header saying what a record is: `commit` or `fence`.
+pub const KIND: &str = "Swarmtodo-Kind";
+/// The header naming the hub that wrote a record.
+pub const HUB: &str = "Swarmtodo-Hub";
+/// The header with the revision of the writer's lease: its fencing token.
+pub const LEASE: &str = "Swarmtodo-Lease";
+/// The header numbering a commit's parts: `i/n`, from 1.
+pub const PART: &str = "Swarmtodo-Part";
+
+/// The subject of list `doc`'s log.
+pub fn subject(doc: DocId) -> String {
+    format!("{LOG_SUBJECT_PREFIX}{doc}")
+}
+
+/// One record of a list's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logged {
+    /// Its sequence in the stream (of its last part, for a commit in parts).
+    pub seq: u64,
+    /// The hub that wrote it.
+    pub hub: String,
+    /// The revision of that hub's lease when it wrote it.
+    pub lease: u64,
+    /// What it holds.
+    pub entry: Entry,
+}
+
+/// What a record holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A commit: a merge's changes, its events and the keys they reported.
+    Commit(Batch),
+    /// A new authority took the list here.
+    Fence,
+}
+
+/// A read of a list's log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Read {
+    /// The whole records after the sequence asked from, in order.
+    pub records: Vec<Logged>,
+    /// Where the next read starts after: the last whole record's sequence, or before
+    /// the parts of a commit still being written.
+    pub through: u64,
+    /// Parts of commits cut by a fence (their writer lost the list half-way): dropped.
+    pub abandoned_parts: usize,
+}
+
+/// How one message is labelled.
+pub(crate) struct Label<'a> {
+    pub(crate) hub: &'a str,
+    pub(crate) lease: u64,
+}
+
+/// The log stream of a cluster.
+#[derive(Debug, Clone)]
+pub(crate) struct Log {
+    js: jetstream::Context,
+    stream: stream::Stream,
+}
+
+impl Log {
+    /// Opens the log stream, creating it with `replicas` copies if it does not exist.
+    pub(crate) async fn open(js: jetstream::Context, replicas: usize) -> Result<Log, ClusterError> {
+        let stream = js
+            .get_or_create_stream(stream::Config {
+                name: LOG_STREAM.to_owned(),
+                subjects: vec![format!("{LOG_SUBJECT_PREFIX}*")],
+                storage: stream::StorageType::File,
+                num_replicas: replicas,
+                // Room for a part's headers beside its payload.
+                max_message_size: i32::try_from(LOG_PART_BYTES_MAX + 16 * 1024).unwrap_or(i32::MAX),
+                allow_direct: true,
+                deny_delete: true,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| ClusterError::JetStream(format!("the log stream {LOG_STREAM}: {e}")))?;
+        Ok(Log { js, stream })
+    }
+
+    /// The sequence of the last message on `doc`'s subject (0: none).
+    pub(crate) async fn last_seq(&self, doc: DocId) -> Result<u64, ClusterError> {
+        match self
+            .stream
+            .get_last_raw_message_by_subject(&subject(doc))
+            .await
+        {
+            Ok(m) => Ok(m.sequence),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+            Err(e) => Err(ClusterError::JetStream(format!("the log of {doc}: {e}"))),
+        }
+    }
+
+    /// Appends a fence after `expected`; its sequence.
+    pub(crate) async fn fence(
+        &self,
+        doc: DocId,
+        expected: u64,
+        label: &Label<'_>,
+    ) -> Result<u64, ClusterError> {
+        let headers = headers("fence", label, None);
+        self.publish(doc, expected, headers, Bytes::new()).await
+    }
+
+    /// Appends an encoded commit (`record::encode`) after `expected`, in parts if it
+    /// must be; the sequence of its last part. On `Err` nothing may be assumed of the
+    /// log's end: a part may have landed.
+    pub(crate) async fn commit(
+        &self,
+        doc: DocId,
+        expected: u64,
+        label: &Label<'_>,
+        record: Vec<u8>,
+    ) -> Result<u64, ClusterError> {
+        let bytes = Bytes::from(record);
+        let n = bytes.len().div_ceil(LOG_PART_BYTES_MAX).max(1);
+        let mut last = expected;
+        for i in 0..n {
+            let part = bytes
+                .slice(i * LOG_PART_BYTES_MAX..((i + 1) * LOG_PART_BYTES_MAX).min(bytes.len()));
+            let headers = headers("commit", label, Some((i + 1, n)));
+            last = self.publish(doc, last, headers, part).await?;
+        }
+        Ok(last)
+    }
+
+    async fn publish(
+        &self,
+        doc: DocId,
+        expected: u64,
+        headers: HeaderMap,
+        payload: Bytes,
+    ) -> Result<u64, ClusterError> {
+        let message = jetstream::message::PublishMessage::build()
+            .payload(payload)
+            .headers(headers)
+            .expected_last_subject_sequence(expected);
+        let refused = |e: jetstream::context::PublishError| match e.kind() {
+            PublishErrorKind::WrongLastSequence => ClusterError::Fenced { doc, expected },
+            _ => ClusterError::JetStream(format!("appending to the log of {doc}: {e}")),
+        };
+        let ack = self
+            .js
+            .send_publish(subject(doc), message)
+            .await
+            .map_err(refused)?
+            .await
+            .map_err(refused)?;
+        Ok(ack.sequence)
+    }
+
+    /// Reads `doc`'s log after sequence `after`, up to its end as it is now.
+    pub(crate) async fn read(&self, doc: DocId, after: u64) -> Result<Read, ClusterError> {
+        let end = self.last_seq(doc).await?;
+        let mut read = Read {
+            through: after,
+            ..Read::default()
+        };
+        if end <= after {
+            return Ok(read);
+        }
+        let failed = |e: String| ClusterError::JetStream(format!("reading the log of {doc}: {e}"));
+        // A consumer of this read only, gone when the read is (or, if this hub dies
+        // first, after the server's inactivity threshold). Its fetches are bounded in
+        // messages and bytes, so a long log of large records never floods the
+        // connection (a stream of 1 MB parts stalled a server-driven consumer).
+        let consumer = self
+            .stream
+            .create_consumer(consumer::pull::Config {
+                filter_subject: subject(doc),
+                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: after + 1,
+                },
+                ack_policy: consumer::AckPolicy::None,
+                inactive_threshold: READ_CONSUMER_IDLE,
+                memory_storage: true,
+                num_replicas: 1,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let mut parts = Parts::default();
+        let mut seen = after;
+        while seen < end {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(READ_BATCH_MESSAGES)
+                .max_bytes(READ_BATCH_BYTES)
+                .expires(NATS_REQUEST_TIMEOUT)
+                .messages()
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            let before = seen;
+            while let Some(m) = batch.next().await {
+                let m = match m {
+                    Ok(m) => m,
+                    // The server ends a fetch whose next message would pass its bytes
+                    // with a status (409 "Message Size Exceeds MaxBytes"): the next
+                    // fetch goes on from there. A fetch that brought nothing is a fault.
+                    Err(e) if seen > before => {
+                        tracing::trace!(%doc, seen, status = %e, "fetch ended");
+                        break;
+                    }
+                    Err(e) => return Err(failed(e.to_string())),
+                };
+                let seq = m.info().map_err(|e| failed(e.to_string()))?.stream_sequence;
+                seen = seq;
+                let headers = m.headers.clone().unwrap_or_default();
+                parts.take(seq, &headers, m.payload.clone(), &mut read)?;
+                if seq >= end {
+                    break;
+                }
+            }
+            // The messages up to `end` are stored: a fetch that brings none is a fault.
+            if seen == before {
+                return Err(failed(format!(
+                    "no message after {seen} within {NATS_REQUEST_TIMEOUT:?} (the log ends at {end})"
+                )));
+            }
+        }
+        let name = consumer.cached_info().name.clone();
+        if let Err(e) = self.stream.delete_consumer(&name).await {
+            tracing::debug!(%doc, error = %e, "a read's consumer stays until it times out");
+        }
+        Ok(read)
+    }
+}
+
+fn headers(kind: &str, label: &Label<'_>, part: Option<(usize, usize)>) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(KIND, kind);
+    h.insert(HUB, label.hub);
+    h.insert(LEASE, label.lease.to_string().as_str());
+    if let Some((i, n)) = part {
+        h.insert(PART, format!("{i}/{n}").as_str());
+    }
+    h
+}
+
+/// The parts of the commit being read.
+#[derive(Default)]
+struct Parts {
+    /// Sequence of the first part, the writer, its lease, how many parts, the bytes.
+    open: Option<(u64, String, u64, usize, Vec<u8>)>,
+    /// Parts read so far of the open commit.
+    got: usize,
+}
+
+impl Parts {
+    /// Takes message `seq` into `read`: a whole record is pushed, a part kept.
+    fn take(
+        &mut self,
+        seq: u64,
+        headers: &HeaderMap,
+        payload: Bytes,
+        read: &mut Read,
+    ) -> Result<(), ClusterError> {
+        let bad = |reason: String| ClusterError::CorruptRecord { seq, reason };
+        let get = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
+        let hub = get(HUB).ok_or_else(|| bad(format!("no {HUB} header")))?;
+        let lease = get(LEASE)
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| bad(format!("no {LEASE} header")))?;
+        match get(KIND).as_deref() {
+            Some("fence") => {
+                self.abandon(read);
+                read.records.push(Logged {
+                    seq,
+                    hub,
+                    lease,
+                    entry: Entry::Fence,
+                });
+                read.through = seq;
+            }
+            Some("commit") => {
+                let (i, n) = get(PART)
+                    .and_then(|p| {
+                        let (i, n) = p.split_once('/')?;
+                        Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?))
+                    })
+                    .filter(|(i, n)| (1..=*n).contains(i) && *n <= LOG_RECORD_PARTS_MAX)
+                    .ok_or_else(|| bad(format!("no valid {PART} header")))?;
+                if i == 1 {
+                    self.abandon(read);
+                    self.open = Some((seq, hub.clone(), lease, n, Vec::new()));
+                }
+                let follows = matches!(&self.open,
+                    Some((_, h, l, total, _)) if *h == hub && *l == lease && *total == n && self.got + 1 == i);
+                if !follows {
+                    // A part with no commit open: the rest of one already dropped.
+                    read.abandoned_parts += 1;
+                    return Ok(());
+                }
+                let Some((first, hub, lease, _, bytes)) = &mut self.open else {
+                    return Ok(());
+                };
+                if bytes.len() + payload.len() > LOG_RECORD_BYTES_MAX {
+                    return Err(bad(format!(
+                        "a commit past {LOG_RECORD_BYTES_MAX} bytes, in {n} parts"
+                    )));
+                }
+                bytes.extend_from_slice(&payload);
+                self.got += 1;
+                if self.got == n {
+                    let (hub, lease, first) = (std::mem::take(hub), *lease, *first);
+                    let bytes = std::mem::take(bytes);
+                    self.open = None;
+                    self.got = 0;
+                    let batch = record::decode(&bytes, seq)?;
+                    tracing::trace!(first, seq, parts = n, "commit read");
+                    read.records.push(Logged {
+                        seq,
+                        hub,
+                        lease,
+                        entry: Entry::Commit(batch),
+                    });
+                    read.through = seq;
+                }
+            }
+            other => return Err(bad(format!("unknown record kind {other:?}"))),
+        }
+        Ok(())
+    }
+
+    /// Drops the open commit: something other than its next part came.
+    fn abandon(&mut self, read: &mut Read) {
+        if self.open.take().is_some() {
+            read.abandoned_parts += self.got;
+        }
+        self.got = 0;
+    }
+}

