@@ -94,7 +94,7 @@ impl Cluster {
         let client = async_nats::ConnectOptions::new()
             .name(format!("swarmtodo hub {hub}"))
             .request_timeout(Some(NATS_REQUEST_TIMEOUT))
-            .connect(config.url.as_str())
+            .connect(config.url.split(',').map(str::trim).collect::<Vec<_>>())
             .await
             .map_err(|e| ClusterError::Connect {
                 url: config.url.clone(),
