@@ -679,3 +679,106 @@ async fn a_holder_paused_past_its_lease_is_refused_when_it_wakes_up() {
         zombie.kill9();
     }
 }
+
+/// Retries `f` until it succeeds (30 s at most): a fresh NATS cluster elects its
+/// JetStream leaders after its servers say they are ready, and a stream whose leader
+/// died elects another.
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> (T, usize)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, swarmtodo_cluster::ClusterError>>,
+{
+    let started = Instant::now();
+    let mut failures = 0;
+    loop {
+        match f().await {
+            Ok(v) => return (v, failures),
+            Err(e) => {
+                failures += 1;
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "{what}: still failing after 30 s: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Three NATS servers keeping the log and the leases by Raft (three copies): a holder
+/// writes, the server leading the log is killed with SIGKILL, and the holder goes on
+/// through the other two (taking the list again if an append failed while a leader was
+/// re-elected); every acknowledged commit is in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nats_servers_keep_the_log_and_the_leases_when_one_dies() {
+    let mut servers = NatsServer::cluster("raft", 3);
+    let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
+    let config = |hub: &str, url: String| ClusterConfig {
+        url,
+        hub: hub.to_owned(),
+        replicas: 3,
+        lease_ttl: LEASE_TTL_MIN,
+    };
+    // Both know all three servers.
+    let (config_a, config_b) = (
+        config("hub-a", urls.join(",")),
+        config("hub-b", urls.join(",")),
+    );
+    let (a, _) = eventually("hub-a joins", || Cluster::connect(&config_a)).await;
+    let (b, _) = eventually("hub-b joins", || Cluster::connect(&config_b)).await;
+    let doc = DocId([40; 16]);
+    let (mut t, _) = eventually("hub-a takes the list", || a.take(doc)).await;
+    assert_eq!(b.take(doc).await.unwrap_err().code(), "cluster_lease_held");
+    let mut acked = Vec::new();
+    for k in 0..10 {
+        let key = format!("before-{k}");
+        a.append(&mut t, &small(1, &key)).await.unwrap();
+        acked.push(key);
+    }
+
+    // Kill the server that leads the log stream: its Raft group elects another.
+    let raw = async_nats::jetstream::new(async_nats::connect(&urls[0]).await.unwrap());
+    let mut log = raw.get_stream(swarmtodo_cluster::LOG_STREAM).await.unwrap();
+    let leader = log
+        .info()
+        .await
+        .unwrap()
+        .cluster
+        .clone()
+        .unwrap()
+        .leader
+        .unwrap();
+    let i: usize = leader.rsplit('-').next().unwrap().parse().unwrap();
+    drop(raw);
+    servers[i].kill9();
+    let mut retakes = 0;
+    for k in 0..20 {
+        let key = format!("after-{k}");
+        loop {
+            match a.append(&mut t, &small(1, &key)).await {
+                Ok(_) => break,
+                Err(e) => {
+                    // The term is over (a leader was re-elected under the append): take
+                    // the list again once the lease ends, and write the commit again.
+                    tracing::info!(error = %e, "append failed; taking the list again");
+                    retakes += 1;
+                    assert!(retakes < 10, "{e}");
+                    (t, _) = eventually("hub-a takes the list again", || a.take(doc)).await;
+                }
+            }
+        }
+        acked.push(key);
+    }
+    let (read, _) = eventually("hub-b reads the log", || b.read(doc, 0)).await;
+    let logged: Vec<String> = commits(&read)
+        .iter()
+        .map(|c| c.reported[0].trim_start_matches("conflict:").to_owned())
+        .collect();
+    for key in &acked {
+        assert!(logged.contains(key), "acknowledged {key} is not in the log");
+    }
+    println!(
+        "three servers, one killed: {} commits, {retakes} takes again",
+        acked.len()
+    );
+}

@@ -440,10 +440,50 @@ pub struct NatsServer {
 impl NatsServer {
     /// Starts one; `name` names its scratch folder.
     pub fn start(name: &str) -> NatsServer {
+        NatsServer::start_with(name, &[])
+    }
+
+    /// Starts a cluster of `n` servers on loopback that keep JetStream's streams by
+    /// Raft, each with its own store; `name` names their folders. Their client
+    /// addresses, joined by commas, reach any of them.
+    pub fn cluster(name: &str, n: usize) -> Vec<NatsServer> {
+        let ports: Vec<u16> = (0..n)
+            .map(|_| {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                l.local_addr().unwrap().port()
+            })
+            .collect();
+        let routes = ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        (0..n)
+            .map(|i| {
+                NatsServer::start_with(
+                    &format!("{name}-{i}"),
+                    &[
+                        "--server_name",
+                        &format!("{name}-{i}"),
+                        "--cluster_name",
+                        name,
+                        "--cluster",
+                        &format!("nats://127.0.0.1:{}", ports[i]),
+                        "--routes",
+                        &routes,
+                    ],
+                )
+            })
+            .collect()
+    }
+
+    /// Starts one with `extra` arguments.
+    fn start_with(name: &str, extra: &[&str]) -> NatsServer {
         let dir = scratch(&format!("nats-{name}"));
         let mut child = dies_with_parent(&mut Command::new(nats_server_bin()))
             .args(["-js", "-a", "127.0.0.1", "-p", "-1", "-sd"])
             .arg(&dir)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -469,6 +509,14 @@ impl NatsServer {
             .recv_timeout(std::time::Duration::from_secs(30))
             .expect("nats-server did not say it is ready within 30 s");
         NatsServer { child, url, dir }
+    }
+}
+
+impl NatsServer {
+    /// Kills it with SIGKILL (its store stays until it is dropped).
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
