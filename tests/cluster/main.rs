@@ -782,3 +782,89 @@ async fn three_nats_servers_keep_the_log_and_the_leases_when_one_dies() {
         acked.len()
     );
 }
+
+/// A hub that takes a list replays into its own SQLite store what the log holds that
+/// the store does not: the changes (the document loads as the writer has it), the
+/// events in the log's order, numbered as the writer's store numbered them, the keys;
+/// again and again without a duplicate. A store holding more than the log is refused.
+#[tokio::test]
+async fn a_hub_taking_a_list_replays_the_log_into_its_own_store() {
+    use swarmtodo_cluster::replay_into;
+    use swarmtodo_store::Db;
+
+    let nats = NatsServer::start("replay");
+    let a = hub(&nats, "hub-a").await;
+    let doc = DocId([50; 16]);
+    let mut t = a.take(doc).await.unwrap();
+    // hub-a's document and its store, written as a hub writes them.
+    let dir = common::scratch("cluster-replay");
+    let mut db_a = Db::open(dir.join("a.db")).unwrap();
+    db_a.create_or_get_list("plan", doc).unwrap();
+    let mut writer = Automerge::new().with_actor(automerge::ActorId::from([9; 16]));
+    let mut write = |k: usize, events: usize| {
+        let mut tx = writer.transaction();
+        tx.put(ROOT, format!("t{k}"), k as i64).unwrap();
+        tx.commit();
+        let change = writer.get_last_local_change().unwrap();
+        Batch {
+            changes: vec![ChangeRecord::from_change(&change)],
+            events: (0..events)
+                .map(|e| {
+                    NewEvent::new("tasks_changed", &serde_json::json!({"k": k, "e": e})).unwrap()
+                })
+                .collect(),
+            reported: vec![format!("conflict:t{k}")],
+            summary: None,
+        }
+    };
+    for b in [write(1, 1), write(2, 1)] {
+        a.append(&mut t, &b).await.unwrap();
+        db_a.commit_merge(doc, &b).unwrap();
+    }
+
+    let mut db_b = Db::open(dir.join("b.db")).unwrap();
+    let read = a.read(doc, 0).await.unwrap();
+    let r = replay_into(&mut db_b, doc, "plan", &read.records).unwrap();
+    assert_eq!((r.commits, r.changes, r.events), (2, 2, 2));
+    assert_eq!(
+        replay_into(&mut db_b, doc, "plan", &read.records).unwrap(),
+        Default::default(),
+        "a second replay adds nothing"
+    );
+    let b3 = write(3, 2);
+    a.append(&mut t, &b3).await.unwrap();
+    db_a.commit_merge(doc, &b3).unwrap();
+    let read = a.read(doc, 0).await.unwrap();
+    let r = replay_into(&mut db_b, doc, "plan", &read.records).unwrap();
+    assert_eq!((r.commits, r.changes, r.events), (1, 1, 2));
+
+    // The same list in both stores: document, events with their numbers, keys.
+    let heads = |db: &Db| {
+        db.load(doc)
+            .unwrap()
+            .unwrap()
+            .rebuild()
+            .unwrap()
+            .get_heads()
+    };
+    assert_eq!(heads(&db_b), heads(&db_a));
+    let events = |db: &Db| {
+        db.events_since(doc, 0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.seq, e.json))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(events(&db_b), events(&db_a));
+    assert_eq!(events(&db_b).len(), 4);
+    assert_eq!(db_b.reported(doc).unwrap(), db_a.reported(doc).unwrap());
+    assert_eq!(db_b.list_by_doc(doc).unwrap().unwrap().name, "plan");
+
+    // A store written outside the cluster (more events than the log) is refused.
+    let mut db_c = Db::open(dir.join("c.db")).unwrap();
+    db_c.create_or_get_list("plan", doc).unwrap();
+    db_c.commit_merge(doc, &write(9, 5)).unwrap();
+    let e = replay_into(&mut db_c, doc, "plan", &read.records).unwrap_err();
+    assert_eq!(e.code(), "cluster_store_ahead", "{e}");
+    assert_eq!(db_c.last_event_seq(doc).unwrap(), 5, "nothing was written");
+}

@@ -11,11 +11,14 @@
 //!   lease's time to live unless renewed; its revision is the fencing token.
 //! - The term (`tenure.rs`): taking a list fences its log, and every append names the
 //!   sequence it follows, so a former holder that wakes up is refused by the log itself.
+//! - The replay (`replay.rs`): a hub's own SQLite store brought up to the log before it
+//!   acts for a list it took.
 
 mod lease;
 pub mod limits;
 mod log;
 pub mod record;
+mod replay;
 mod tenure;
 
 use std::time::Duration;
@@ -29,6 +32,7 @@ pub mod headers {
     pub use crate::log::{HUB, KIND, LEASE, PART};
 }
 use self::limits::{HUB_ID_BYTES_MAX, LEASE_TTL_DEFAULT, LEASE_TTL_MIN, NATS_REQUEST_TIMEOUT};
+pub use self::replay::{replay_into, Replayed};
 pub use self::tenure::Tenure;
 
 /// How a hub joins a cluster.
@@ -203,6 +207,22 @@ pub enum ClusterError {
         /// The limit.
         max: usize,
     },
+    /// The hub's own store failed or refused what the log holds.
+    #[error("the hub's store: {0}")]
+    Store(#[from] swarmtodo_store::StoreError),
+    /// The hub's own store holds more of a list than the cluster's log: it was written
+    /// outside the cluster.
+    #[error(
+        "the hub's store holds {stored} events of list {doc}, the cluster's log {logged}:          the store was written outside the cluster; give the hub a fresh data file"
+    )]
+    StoreAhead {
+        /// The list.
+        doc: DocId,
+        /// Events in the store.
+        stored: u64,
+        /// Events in the log.
+        logged: u64,
+    },
     /// A record of the log does not decode.
     #[error("record {seq} of the log does not decode: {reason}")]
     CorruptRecord {
@@ -226,6 +246,8 @@ impl ClusterError {
             ClusterError::LeaseExpired { .. } => "cluster_lease_expired",
             ClusterError::Fenced { .. } => "cluster_fenced",
             ClusterError::TooLarge { .. } => "cluster_too_large",
+            ClusterError::Store(_) => "cluster_store",
+            ClusterError::StoreAhead { .. } => "cluster_store_ahead",
             ClusterError::CorruptRecord { .. } => "cluster_corrupt_record",
         }
     }

@@ -1,0 +1,85 @@
+//! A hub's own SQLite store as a copy of the cluster's log: before a hub acts for a
+//! list it takes, it replays into its store what the log holds that the store does
+//! not — the commits other hubs wrote while they held the list — and then loads the
+//! list from its store as a single hub does.
+//!
+//! Changes and reported keys the store has already are skipped by the store itself (by
+//! hash, by key). Events carry no identity but their place: a list's events are
+//! numbered by their order in the log, so the store's last `seq` says how many of the
+//! log's events it holds, and only those after it are added.
+
+use swarmtodo_store::{Batch, Db, DocId};
+
+use crate::log::{Entry, Logged};
+use crate::ClusterError;
+
+/// What a replay added to the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replayed {
+    /// Commits of the log that brought the store something.
+    pub commits: usize,
+    /// Changes new to the store.
+    pub changes: usize,
+    /// Events new to the store.
+    pub events: usize,
+}
+
+/// Replays `records` — list `doc`'s log from its start, in order — into `db`, where
+/// the list is named `name` if the store does not know it yet. Refused with
+/// `cluster_store_ahead` (and nothing written) when the store holds more of the list's
+/// events than the log: it was written outside the cluster.
+pub fn replay_into(
+    db: &mut Db,
+    doc: DocId,
+    name: &str,
+    records: &[Logged],
+) -> Result<Replayed, ClusterError> {
+    let in_log: u64 = records
+        .iter()
+        .map(|r| match &r.entry {
+            Entry::Commit(b) => b.events.len() as u64,
+            Entry::Fence => 0,
+        })
+        .sum();
+    let known = db.list_by_doc(doc)?.is_some();
+    let stored_events = if known { db.last_event_seq(doc)? } else { 0 };
+    if stored_events > in_log {
+        return Err(ClusterError::StoreAhead {
+            doc,
+            stored: stored_events,
+            logged: in_log,
+        });
+    }
+    let mut out = Replayed::default();
+    let mut seen: u64 = 0;
+    let mut created = known;
+    for r in records {
+        let Entry::Commit(batch) = &r.entry else {
+            continue;
+        };
+        let held = stored_events
+            .saturating_sub(seen)
+            .min(batch.events.len() as u64) as usize;
+        seen += batch.events.len() as u64;
+        let rest = Batch {
+            changes: batch.changes.clone(),
+            events: batch.events[held..].to_vec(),
+            reported: batch.reported.clone(),
+            summary: None,
+        };
+        if rest.is_empty() {
+            continue;
+        }
+        if !created {
+            db.create_or_get_list(name, doc)?;
+            created = true;
+        }
+        let commit = db.commit_merge(doc, &rest)?;
+        if commit.changes_added > 0 || !commit.seqs.is_empty() {
+            out.commits += 1;
+        }
+        out.changes += commit.changes_added;
+        out.events += commit.seqs.len();
+    }
+    Ok(out)
+}
