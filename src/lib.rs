@@ -14,12 +14,15 @@
 //! - [`hub`] (`swarmtodo-hub`, with the core's parts it drives): listener, connections,
 //!   the hub task, configuration ([`config`]).
 //! - [`sim`] (`swarmtodo-sim`): deterministic and live simulations of swarms.
+//! - [`cluster`] (`swarmtodo-cluster`): many hubs on NATS JetStream — each list's log,
+//!   one authority per list by a fenced lease.
 //! - [`mcp`]: `swarmtodo mcp`, one agent's MCP server (stdio) over the hub's JSON API.
 #![warn(missing_docs)]
 
 pub mod mcp;
 
 pub use swarmtodo_client as client;
+pub use swarmtodo_cluster as cluster;
 pub use swarmtodo_core::{authority, model};
 pub use swarmtodo_hub::{config, memory};
 pub use swarmtodo_proto as proto;

@@ -42,6 +42,14 @@ enum Command {
         /// `swarmtodo::config`).
         #[arg(long, env = "SWARMTODO_CONFIG")]
         config: Option<PathBuf>,
+        /// Be one of many hubs on this NATS JetStream (`nats://host:port`, several
+        /// comma-separated): the hub acts for a list while it holds the list's lease
+        /// (see `[cluster]` in the config file).
+        #[arg(long, env = "SWARMTODO_NATS")]
+        nats: Option<String>,
+        /// This hub's id in the cluster (default: random).
+        #[arg(long, env = "SWARMTODO_HUB_ID")]
+        hub_id: Option<String>,
     },
     /// Run a simulation scenario deterministically over one seed or a range of seeds
     /// (the real hub core, authority and SQLite store on a simulated network).
@@ -77,7 +85,9 @@ fn main() -> Result<()> {
             listen,
             data,
             config,
-        } => serve(listen, data, config),
+            nats,
+            hub_id,
+        } => serve(listen, data, config, nats, hub_id),
         Command::Sim(args) => sim(args),
         Command::Api(cmd) => std::process::exit(cli::run(cmd)),
         Command::Mcp { list, hub, agent } => mcp(list, hub, agent),
@@ -304,6 +314,8 @@ fn serve(
     listen: Option<std::net::SocketAddr>,
     data: Option<PathBuf>,
     config: Option<PathBuf>,
+    nats: Option<String>,
+    hub_id: Option<String>,
 ) -> Result<()> {
     let config = match &config {
         Some(path) => swarmtodo::config::Config::load(path)?,
@@ -337,17 +349,26 @@ fn serve(
     hub_config.policy = config.policy();
     hub_config.roles = config.roles();
     hub_config.list_creations = config.list_creations();
+    let cluster = config.cluster.resolve(nats, hub_id);
+    hub_config.every_list_stored = cluster.is_some();
     swarmtodo::memory::limit_heap_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let hub = swarmtodo::hub::Hub::open_with(&data, hub_config)
+        let mut hub = swarmtodo::hub::Hub::open_with(&data, hub_config)
             .await
             .with_context(|| format!("opening {}", data.display()))?
             .with_access(access)
             .with_limits(config.conn_limits());
+        if let Some(c) = cluster {
+            let joined = swarmtodo::cluster::Cluster::connect(&c)
+                .await
+                .with_context(|| format!("joining the cluster at {} as {}", c.url, c.hub))?;
+            tracing::info!(hub = %c.hub, nats = %c.url, "one of a cluster");
+            hub = hub.with_cluster(joined);
+        }
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("listening on {listen}"))?;

@@ -380,6 +380,9 @@ pub enum ErrorCode {
     NotFound,
     /// The path does not take this method (the `allowed` field lists the ones it takes).
     MethodNotAllowed,
+    /// Another hub of the cluster holds the list (the message names it): call that hub,
+    /// or retry here once its lease ends.
+    ListElsewhere,
 }
 
 /// An error a client can act on: a stable code, the field it concerns, the allowed

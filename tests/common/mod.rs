@@ -252,6 +252,12 @@ impl HubProc {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
+
+    /// Sends signal `sig` (SIGSTOP pauses the hub, SIGCONT wakes it up).
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on a child process of ours that has not been waited for.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
 }
 
 impl Drop for HubProc {

@@ -106,6 +106,11 @@ impl Leases {
         })
     }
 
+    /// The leases' time to live.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// Takes `doc` for this hub: refused with `cluster_lease_held` while another
     /// hub's lease lives.
     pub(crate) async fn acquire(&self, doc: DocId) -> Result<Lease, ClusterError> {

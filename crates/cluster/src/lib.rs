@@ -120,6 +120,11 @@ impl Cluster {
         &self.hub
     }
 
+    /// How long a lease lasts unless renewed (renew every third of it).
+    pub fn lease_ttl(&self) -> Duration {
+        self.leases.ttl()
+    }
+
     /// Reads list `doc`'s log after sequence `after` (0: from its start), up to its end
     /// as it is now.
     pub async fn read(&self, doc: DocId, after: u64) -> Result<Read, ClusterError> {

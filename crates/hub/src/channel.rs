@@ -41,6 +41,12 @@ pub(crate) enum ToHub {
     /// A list the core asked for (`Effects::loads`), loaded from the store by a task of
     /// its own (the hub task goes on meanwhile; the frames for it wait in the core).
     Loaded(DocumentId, Box<Result<Option<StoredList>, StoreError>>),
+    /// In a cluster: a list the core asked for that this hub cannot act for (another
+    /// hub holds it, or NATS failed), and why.
+    Unavailable(DocumentId, String),
+    /// In a cluster: a list this hub held and no longer holds (its lease could not be
+    /// renewed), and why.
+    Lost(DocumentId, String),
     /// A list's document rebuilt from its snapshot by the rebuilding thread (a
     /// compaction asked for it), for [`swarmtodo_core::hub::HubCore::rebuilt`].
     Rebuilt(DocumentId, Box<swarmtodo_core::model::Rebuilt>),

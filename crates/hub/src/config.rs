@@ -30,6 +30,12 @@
 //! connections_per_token_max = 256      # CONNECTIONS_PER_TOKEN_MAX
 //! list_creations_burst = 100           # hub::core::LIST_CREATIONS_BURST
 //! list_creations_per_minute = 60       # hub::core::LIST_CREATIONS_PER_MINUTE
+//!
+//! [cluster]                     # one of many hubs on NATS JetStream (docs/DESIGN.md §10)
+//! nats = "nats://127.0.0.1:4222"   # several: comma-separated; --nats wins over this
+//! hub_id = "hub-1"              # unique in the cluster; --hub-id wins; default: random
+//! replicas = 1                  # 3 on a three-server NATS cluster
+//! lease_ms = 5000               # the same on every hub of the cluster
 //! ```
 //!
 //! A token's agent and role are vouched for by the hub: the changes a connection
@@ -73,6 +79,46 @@ pub struct Config {
     /// Bounds on connections and lists.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// One of many hubs on NATS JetStream.
+    #[serde(default)]
+    pub cluster: ClusterConfig,
+}
+
+/// `[cluster]`: absent, the hub is alone with its store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The NATS server(s): `nats://host:port`, comma-separated.
+    pub nats: Option<String>,
+    /// This hub's id in the cluster (letters, digits, `-`, `_`).
+    pub hub_id: Option<String>,
+    /// Copies NATS keeps of the log and the leases: 1 or 3.
+    pub replicas: Option<usize>,
+    /// A lease's time to live, in milliseconds.
+    pub lease_ms: Option<u64>,
+}
+
+impl ClusterConfig {
+    /// The cluster to join, if any: `nats` (the command line's) wins over the file's,
+    /// as does `hub_id`; a hub without an id gets a random one.
+    pub fn resolve(
+        &self,
+        nats: Option<String>,
+        hub_id: Option<String>,
+    ) -> Option<swarmtodo_cluster::ClusterConfig> {
+        let url = nats.or_else(|| self.nats.clone())?;
+        let hub = hub_id
+            .or_else(|| self.hub_id.clone())
+            .unwrap_or_else(|| format!("hub-{}", automerge::ActorId::random().to_hex_string()));
+        let mut c = swarmtodo_cluster::ClusterConfig::new(url, hub);
+        if let Some(r) = self.replicas {
+            c.replicas = r;
+        }
+        if let Some(ms) = self.lease_ms {
+            c.lease_ttl = std::time::Duration::from_millis(ms);
+        }
+        Some(c)
+    }
 }
 
 /// `[limits]`: each absent key keeps its named constant.

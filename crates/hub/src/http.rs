@@ -192,6 +192,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         Forbidden => StatusCode::FORBIDDEN,
         Unauthorized => StatusCode::UNAUTHORIZED,
         MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        ListElsewhere => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 

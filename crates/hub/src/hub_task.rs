@@ -14,6 +14,7 @@ use automerge::ActorId;
 use swarmtodo_core::model::Rebuilt;
 
 use crate::channel::{Outbox, ToHub};
+use crate::cluster::ClusterSide;
 use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPPED};
 use crate::metrics::{Kind, Metrics, Outcome};
 use crate::rebuild::Rebuilder;
@@ -57,11 +58,18 @@ pub(crate) async fn hub_task(
     mut rx: mpsc::Receiver<ToHub>,
     loaded_to: mpsc::WeakSender<ToHub>,
     metrics: Arc<Metrics>,
+    cluster: Option<swarmtodo_cluster::Cluster>,
 ) -> Result<(), ServeError> {
     let rebuilder = Rebuilder::start(loaded_to.clone())
         .map_err(|e| tracing::warn!(error = %e, "no rebuilding thread: lists keep their documents"))
         .ok();
+    let cluster = cluster.map(ClusterSide::new);
+    if let Some(side) = &cluster {
+        side.renew_in_background(loaded_to.clone());
+    }
     let mut out = Relay {
+        cluster,
+        loading: BTreeSet::new(),
         rebuilder,
         metrics: metrics.clone(),
         store,
@@ -136,7 +144,20 @@ pub(crate) async fn hub_task(
                 }
                 continue;
             }
+            ToHub::Unavailable(doc, why) => {
+                out.loading.remove(&doc);
+                tracing::info!(%doc, why, "list held elsewhere in the cluster");
+                let fx = core.unavailable(now_ms(), doc, &why);
+                perform(&mut core, &mut out, fx).await?;
+                continue;
+            }
+            ToHub::Lost(doc, why) => {
+                let fx = core.lost(now_ms(), doc, &why);
+                perform(&mut core, &mut out, fx).await?;
+                continue;
+            }
             ToHub::Loaded(doc, loaded) => {
+                out.loading.remove(&doc);
                 let loaded = (*loaded).map_err(|e| ServeError::Store(e.to_string()))?;
                 tracing::debug!(%doc, found = loaded.is_some(), "list loaded for a peer");
                 let held = core.doc_count();
@@ -164,6 +185,11 @@ pub(crate) async fn hub_task(
             ToHub::Shutdown => {
                 let fx = core.flush(now_ms());
                 perform(&mut core, &mut out, fx).await?;
+                if let Some(side) = &out.cluster {
+                    for doc in side.held() {
+                        side.release(doc).await;
+                    }
+                }
                 break;
             }
         };
@@ -209,6 +235,7 @@ pub(crate) async fn hub_task(
             || fx.window_changes_freed >= TRIM_AFTER_CHANGES;
         let performed = perform(&mut core, &mut out, fx).await;
         dropped += held.saturating_sub(core.doc_count());
+        out.give_back_unloaded(&core);
         metrics
             .connections
             .store(core.conn_count() as u64, Ordering::Relaxed);
@@ -293,6 +320,10 @@ type Asked = (
 /// store, the lists it holds, and the connections' outboxes.
 struct Relay {
     store: Store,
+    /// The hub's side of its cluster, if it is one of a cluster.
+    cluster: Option<ClusterSide>,
+    /// Lists being loaded for the core (a cluster hub holds their leases already).
+    loading: BTreeSet<DocumentId>,
     known: BTreeSet<DocumentId>,
     outboxes: BTreeMap<ConnId, Outbox>,
     /// Where a list loaded for the core is sent ([`ToHub::Loaded`]).
@@ -311,6 +342,20 @@ struct Relay {
 }
 
 impl Relay {
+    /// In a cluster: gives back the leases of the lists that left memory (and are not
+    /// being loaded), so that another hub may take them at once.
+    fn give_back_unloaded(&mut self, core: &HubCore) {
+        let Some(side) = &self.cluster else {
+            return;
+        };
+        for doc in side.held() {
+            if !core.is_loaded(&doc) && !self.loading.contains(&doc) {
+                let side = side.clone();
+                tokio::spawn(async move { side.release(doc).await });
+            }
+        }
+    }
+
     /// Numbers an API call, keeps where its answer goes, and makes it the core's input.
     fn call(
         &mut self,
@@ -350,11 +395,33 @@ impl Io for Relay {
         now_ms()
     }
 
-    /// All the merges of a batch go to disk in one transaction.
+    /// All the merges of a batch go to disk in one transaction. In a cluster each goes
+    /// to its list's log first; one the log refuses is refused (its list is dropped
+    /// from memory) and not stored.
     async fn commit(&mut self, commits: &[Commit], at_ms: i64) -> Result<Vec<Stored>, StoreError> {
-        let stored = persist::as_stored(
-            persist::commit_all(&self.store, &mut self.known, commits, at_ms).await?,
-        );
+        let refused = match &self.cluster {
+            Some(side) => append_to_logs(side, commits, at_ms).await,
+            None => vec![None; commits.len()],
+        };
+        let kept: Vec<Commit> = commits
+            .iter()
+            .zip(&refused)
+            .filter(|(_, r)| r.is_none())
+            .map(|(c, _)| c.clone())
+            .collect();
+        let mut durable = persist::as_stored(
+            persist::commit_all(&self.store, &mut self.known, &kept, at_ms).await?,
+        )
+        .into_iter();
+        let stored: Vec<Stored> = refused
+            .into_iter()
+            .map(|r| match r {
+                Some(why) => Stored::Refused(why),
+                None => durable
+                    .next()
+                    .unwrap_or_else(|| Stored::Refused("no answer from the store".to_owned())),
+            })
+            .collect();
         self.streams.publish(commits, &stored, at_ms);
         self.metrics.committed(
             commits
@@ -395,7 +462,16 @@ impl Io for Relay {
     ) -> Result<Option<Option<StoredList>>, StoreError> {
         if let Some(to_hub) = self.loaded_to.upgrade() {
             let store = self.store.clone();
+            let side = self.cluster.clone();
+            self.loading.insert(doc);
             tokio::spawn(async move {
+                // In a cluster: the list's lease first, and the log in the store.
+                if let Some(side) = side {
+                    if let Err(why) = side.take(doc, &store).await {
+                        let _ = to_hub.send(ToHub::Unavailable(doc, why)).await;
+                        return;
+                    }
+                }
                 let loaded = persist::load(&store, doc, actor).await;
                 let _ = to_hub.send(ToHub::Loaded(doc, Box::new(loaded))).await;
             });
@@ -449,4 +525,26 @@ impl Io for Relay {
             let _ = reply.send(answer);
         }
     }
+}
+
+/// In a cluster: appends each commit that carries something for the log (changes,
+/// events, keys; not a row of the index of lists alone) to its list's log, in order.
+/// Per commit: `None` when appended or nothing to append, `Some(why)` when refused.
+async fn append_to_logs(side: &ClusterSide, commits: &[Commit], at_ms: i64) -> Vec<Option<String>> {
+    let mut out = Vec::with_capacity(commits.len());
+    for c in commits {
+        if c.changes.is_empty() && c.events.is_empty() && c.reported.is_empty() {
+            out.push(None);
+            continue;
+        }
+        let appended = match persist::batch(c, at_ms) {
+            Ok(batch) => side.append(c.doc, &batch).await,
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(why) = &appended {
+            tracing::warn!(doc = %c.doc, why, "the cluster's log refused a commit");
+        }
+        out.push(appended.err());
+    }
+    out
 }

@@ -12,6 +12,7 @@
 mod access;
 mod board;
 mod channel;
+mod cluster;
 pub mod config;
 pub mod http;
 mod hub_task;
@@ -44,6 +45,7 @@ pub struct Hub {
     known: BTreeSet<DocumentId>,
     access: server::Access,
     limits: server::ConnLimits,
+    cluster: Option<swarmtodo_cluster::Cluster>,
 }
 
 impl Hub {
@@ -70,6 +72,7 @@ impl Hub {
             known,
             access: server::Access::Open,
             limits: server::ConnLimits::default(),
+            cluster: None,
         })
     }
 
@@ -82,6 +85,15 @@ impl Hub {
     /// The bounds on connections (default: the named constants of [`server`]).
     pub fn with_limits(mut self, limits: server::ConnLimits) -> Hub {
         self.limits = limits;
+        self
+    }
+
+    /// Makes the hub one of a cluster (docs/DESIGN.md §10): it acts for a list only
+    /// while it holds the list's lease, and commits to the list's log before its
+    /// store. Its core must have been made with
+    /// [`HubConfig::every_list_stored`](swarmtodo_core::hub::HubConfig::every_list_stored).
+    pub fn with_cluster(mut self, cluster: swarmtodo_cluster::Cluster) -> Hub {
+        self.cluster = Some(cluster);
         self
     }
 
@@ -98,6 +110,7 @@ impl Hub {
             self.known,
             self.access,
             self.limits,
+            self.cluster,
             shutdown,
         )
         .await

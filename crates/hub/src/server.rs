@@ -80,6 +80,7 @@ fn ws_config() -> WebSocketConfig {
 
 /// Serves `listener` until `shutdown` resolves: stops accepting, lets the hub task
 /// finish what is queued (commits included), and closes every peer with 1001.
+#[allow(clippy::too_many_arguments)] // The parts of a `Hub`, handed over once.
 pub async fn run(
     listener: TcpListener,
     core: HubCore,
@@ -87,6 +88,7 @@ pub async fn run(
     known: BTreeSet<DocumentId>,
     access: Access,
     limits: ConnLimits,
+    cluster: Option<swarmtodo_cluster::Cluster>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     // The tokens the hub made for agents it delegated tasks to.
@@ -120,6 +122,7 @@ pub async fn run(
         hub_rx,
         to_hub.downgrade(),
         metrics.clone(),
+        cluster,
     ));
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut next_conn = 0u64;

@@ -237,6 +237,17 @@ impl Store {
         done_rx.await.map_err(|_| StoreError::Closed)
     }
 
+    /// Runs `f` on the store's thread, after what is queued before it: for work that
+    /// spans several of [`Db`]'s calls (a cluster hub replaying a list's log into its
+    /// store).
+    pub async fn with_db<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Db) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.call(f).await
+    }
+
     /// Queues `f` (waiting for a slot when the queue is full) and awaits its answer.
     pub(crate) async fn call<T, F>(&self, f: F) -> Result<T, StoreError>
     where

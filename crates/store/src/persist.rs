@@ -126,8 +126,10 @@ impl Prepared {
     }
 }
 
-/// The store's batch for one commit: its changes, its events stamped `now_ms`, its keys.
-fn batch(commit: &Commit, now_ms: i64) -> Result<Batch, StoreError> {
+/// The store's batch for one commit: its changes, its events stamped `now_ms`, its
+/// keys (the same bytes whoever builds it at the same `now_ms`: a cluster hub puts it
+/// in the list's log before its own store).
+pub fn batch(commit: &Commit, now_ms: i64) -> Result<Batch, StoreError> {
     let events = commit
         .events
         .iter()

@@ -108,7 +108,7 @@ pub(super) struct PendingWait {
 /// A call waiting for its list to load.
 #[derive(Debug)]
 pub(super) struct WaitingCall {
-    id: CallId,
+    pub(super) id: CallId,
     caller: Caller,
     name: String,
     call: Call,
@@ -237,7 +237,7 @@ impl HubCore {
         }
         if !self.docs.contains_key(&doc_id) {
             let loading = self.waiting.contains_key(&doc_id) || self.calls.contains_key(&doc_id);
-            if loading || self.stored.contains(&doc_id) {
+            if loading || self.maybe_stored(&doc_id) {
                 let waiting = self.calls.entry(doc_id).or_default();
                 if waiting.len() >= CALLS_WAITING_MAX {
                     return fx.answers.push((

@@ -95,7 +95,7 @@ impl HubCore {
         };
         if let Some((doc, syncs)) = target {
             let loading = self.waiting.contains_key(&doc) || self.calls.contains_key(&doc);
-            if !self.docs.contains_key(&doc) && (loading || syncs && self.stored.contains(&doc)) {
+            if !self.docs.contains_key(&doc) && (loading || syncs && self.maybe_stored(&doc)) {
                 let waiting = self.waiting.entry(doc).or_default();
                 if !loading {
                     fx.loads.push(doc);

@@ -44,6 +44,55 @@ impl HubCore {
         fx
     }
 
+    /// List `id` could not be loaded here: another hub of the cluster holds it
+    /// (`why` says which). The connections that asked for it are closed with 1013
+    /// `list_elsewhere` and the calls waiting for it answered `list_elsewhere`, each
+    /// with `why`; nothing else changes.
+    pub fn unavailable(&mut self, now_ms: i64, id: DocumentId, why: &str) -> Effects {
+        let mut fx = Effects::default();
+        self.clock_ms = now_ms;
+        let message = format!("{why}: connect to that hub, or retry here later");
+        let mut asked: Vec<ConnId> = self
+            .waiting
+            .remove(&id)
+            .map(|w| w.0.into_iter().map(|(c, _)| c).collect())
+            .unwrap_or_default();
+        asked.sort_unstable();
+        asked.dedup();
+        for c in asked {
+            self.fail(c, 1013, "list_elsewhere", message.clone(), &mut fx);
+        }
+        for w in self.calls.remove(&id).unwrap_or_default() {
+            fx.answers.push((
+                w.id,
+                Err(super::calls::error(
+                    crate::proto::ErrorCode::ListElsewhere,
+                    None,
+                    message.clone(),
+                )),
+            ));
+        }
+        fx
+    }
+
+    /// This hub no longer holds list `id` (its lease in the cluster ended, `why`): the
+    /// list leaves memory and its peers are closed with 1012 `list_moved`; they
+    /// reconnect, and the next load finds where the list is.
+    pub fn lost(&mut self, now_ms: i64, id: DocumentId, why: &str) -> Effects {
+        let mut fx = Effects::default();
+        self.clock_ms = now_ms;
+        tracing::warn!(doc = %id, why, "this hub no longer holds the list; dropping it from memory");
+        let moved = Close {
+            code: 1012,
+            reason: "list_moved".to_owned(),
+            message: Some(format!(
+                "this hub no longer holds the list ({why}): reconnect"
+            )),
+        };
+        self.drop_list(id, None, &moved, &mut fx);
+        fx
+    }
+
     /// List `id`'s document rebuilt from a snapshot the core asked for
     /// ([`Compaction::rebuild`](super::Compaction::rebuild)), loaded by the runtime off the hub's task: it takes
     /// the place of the one in memory, with the changes the list took since the

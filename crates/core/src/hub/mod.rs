@@ -275,6 +275,11 @@ pub struct HubConfig {
     /// List creations per identity: burst and per minute (see
     /// [`LIST_CREATIONS_BURST`]).
     pub list_creations: (u32, u32),
+    /// In a cluster (docs/DESIGN.md §10) any list may be stored — in the cluster's log
+    /// — whatever this hub's own store says: a list not in memory is always loaded
+    /// first, and the runtime may answer that another hub holds it
+    /// ([`HubCore::unavailable`]).
+    pub every_list_stored: bool,
 }
 
 #[derive(Debug)]
@@ -476,6 +481,17 @@ impl HubCore {
     /// peer asks for them).
     pub fn set_stored(&mut self, ids: impl IntoIterator<Item = DocumentId>) {
         self.stored.extend(ids);
+    }
+
+    /// True when list `doc` may be stored: it is in the store, or the hub is one of a
+    /// cluster ([`HubConfig::every_list_stored`]).
+    pub(super) fn maybe_stored(&self, doc: &DocumentId) -> bool {
+        self.config.every_list_stored || self.stored.contains(doc)
+    }
+
+    /// True when list `doc` is in memory.
+    pub fn is_loaded(&self, doc: &DocumentId) -> bool {
+        self.docs.contains_key(doc)
     }
 
     /// Lists in the store (or committed by effects handed out).
@@ -729,6 +745,7 @@ impl HubConfig {
             sync_limits: syncmsg::Limits::default(),
             sync_work: (SYNC_WORK_BURST, SYNC_WORK_PER_SECOND),
             list_creations: (LIST_CREATIONS_BURST, LIST_CREATIONS_PER_MINUTE),
+            every_list_stored: false,
         }
     }
 }

@@ -1,0 +1,171 @@
+//! The hub as one of a cluster (docs/DESIGN.md §10): it acts only for the lists whose
+//! lease it holds. Before it loads a list it takes the list — the lease, a fence on the
+//! list's log — and replays into its own store what other hubs wrote to the log; every
+//! commit goes to the log (which refuses it once another hub fenced the list) before
+//! the hub's store; leases are renewed every third of their time to live, and given
+//! back when the list leaves memory or the hub stops. A hub that cannot take a list
+//! answers that another hub holds it; one that loses a list drops it from memory.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+
+use swarmtodo_cluster::{replay_into, Cluster, ClusterError, Tenure};
+use swarmtodo_proto::wire::DocumentId;
+use swarmtodo_store::persist::doc_id;
+use swarmtodo_store::{Batch, Store};
+
+use crate::channel::ToHub;
+
+/// One term as a list's authority, used by one task at a time.
+type Term = Arc<tokio::sync::Mutex<Tenure>>;
+
+/// The hub's side of the cluster: its handle and the lists it holds.
+#[derive(Debug, Clone)]
+pub(crate) struct ClusterSide {
+    cluster: Cluster,
+    terms: Arc<Mutex<BTreeMap<DocumentId, Term>>>,
+}
+
+impl ClusterSide {
+    pub(crate) fn new(cluster: Cluster) -> ClusterSide {
+        ClusterSide {
+            cluster,
+            terms: Arc::default(),
+        }
+    }
+
+    fn term(&self, doc: &DocumentId) -> Option<Term> {
+        self.terms.lock().ok()?.get(doc).cloned()
+    }
+
+    /// The lists this hub holds.
+    pub(crate) fn held(&self) -> Vec<DocumentId> {
+        self.terms
+            .lock()
+            .map(|t| t.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Makes this hub list `doc`'s authority, its store up to date with the log: takes
+    /// the list (unless it holds it already), then replays the log into the store. An
+    /// `Err` says why it cannot act for the list (another hub holds it, NATS failed).
+    pub(crate) async fn take(&self, doc: DocumentId, store: &Store) -> Result<(), String> {
+        if self.term(&doc).is_some() {
+            return Ok(());
+        }
+        let id = doc_id(&doc);
+        let tenure = self.cluster.take(id).await.map_err(|e| e.to_string())?;
+        let through = tenure.last();
+        let read = match self.cluster.read(id, 0).await {
+            Ok(r) if r.through >= through => r,
+            Ok(r) => {
+                let _ = self.cluster.release(tenure).await;
+                return Err(format!(
+                    "the log of {doc} reads only to {} of {through}: retry",
+                    r.through
+                ));
+            }
+            Err(e) => {
+                let _ = self.cluster.release(tenure).await;
+                return Err(e.to_string());
+            }
+        };
+        let name = doc.to_string();
+        let replayed = store
+            .with_db(move |db| Ok(replay_into(db, id, &name, &read.records)))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        match replayed {
+            Ok(r) => {
+                tracing::info!(%doc, lease = tenure.lease().revision, commits = r.commits, events = r.events, "list taken; its log replayed into the store");
+                if let Ok(mut terms) = self.terms.lock() {
+                    terms.insert(doc, Arc::new(tokio::sync::Mutex::new(tenure)));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.cluster.release(tenure).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Appends one commit of list `doc` to its log. An `Err` says why the log did not
+    /// take it: the hub's term is over (the list is dropped from memory by the caller's
+    /// refusal).
+    pub(crate) async fn append(&self, doc: DocumentId, batch: &Batch) -> Result<(), String> {
+        let Some(term) = self.term(&doc) else {
+            return Err(format!("this hub does not hold list {doc} in the cluster"));
+        };
+        let mut tenure = term.lock().await;
+        match self.cluster.append(&mut tenure, batch).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.forget(&doc);
+                Err(e.to_string())
+            }
+        }
+    }
+
+    fn forget(&self, doc: &DocumentId) -> Option<Term> {
+        self.terms.lock().ok()?.remove(doc)
+    }
+
+    /// Gives list `doc` back (it left memory): another hub may take it at once.
+    pub(crate) async fn release(&self, doc: DocumentId) {
+        let Some(term) = self.forget(&doc) else {
+            return;
+        };
+        let tenure = term.lock().await;
+        let lease = tenure.lease().clone();
+        drop(tenure);
+        if let Ok(t) = Arc::try_unwrap(term) {
+            if let Err(e) = self.cluster.release(t.into_inner()).await {
+                tracing::info!(%doc, error = %e, "lease not given back; it ends by itself");
+            } else {
+                tracing::debug!(%doc, lease = lease.revision, "list given back");
+            }
+        }
+    }
+
+    /// Renews every lease this hub holds, every third of their time to live, until the
+    /// hub task is gone; a lease that cannot be renewed ends the term, and the hub task
+    /// is told ([`ToHub::Lost`]).
+    pub(crate) fn renew_in_background(&self, to_hub: mpsc::WeakSender<ToHub>) {
+        let side = self.clone();
+        let every = self.cluster.lease_ttl() / 3;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(to_hub) = to_hub.upgrade() else {
+                    return;
+                };
+                let terms: Vec<(DocumentId, Term)> = side
+                    .terms
+                    .lock()
+                    .map(|t| t.iter().map(|(d, t)| (*d, t.clone())).collect())
+                    .unwrap_or_default();
+                for (doc, term) in terms {
+                    let renewed = {
+                        let mut tenure = term.lock().await;
+                        side.cluster.renew(&mut tenure).await
+                    };
+                    if let Err(e) = renewed {
+                        side.forget(&doc);
+                        let why = lost_why(&e);
+                        let _ = to_hub.send(ToHub::Lost(doc, why)).await;
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn lost_why(e: &ClusterError) -> String {
+    format!("{} ({})", e, e.code())
+}

@@ -1,0 +1,142 @@
+//! Hubs of one cluster (`serve --nats`) on a real nats-server: one authority per list,
+//! the others answering `list_elsewhere`; the list moves to another hub when its hub is
+//! killed, with every acknowledged write; a hub paused past its lease keeps nothing it
+//! is asked to write when it wakes up.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use swarmtodo::client::http::{Api, HttpError};
+use swarmtodo::proto::{ErrorCode, Snapshot};
+
+use crate::common::{scratch, HubProc, NatsServer};
+
+/// Hub `id` of the cluster on `nats`, its store in `dir`, leases of one second.
+fn hub_in(nats: &NatsServer, dir: &Path, id: &str) -> HubProc {
+    let config = dir.join(format!("{id}.toml"));
+    std::fs::write(&config, "[cluster]\nlease_ms = 1000\n").unwrap();
+    HubProc::start_with(
+        &dir.join(format!("{id}.db")),
+        "127.0.0.1:0",
+        &[
+            "--nats",
+            &nats.url,
+            "--hub-id",
+            id,
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    )
+}
+
+fn lead(hub: &HubProc) -> Api {
+    Api::new(&hub.url).unwrap().agent("lead")
+}
+
+fn upsert(id: &str) -> String {
+    format!(
+        r#"{{"mode":"patch","ops":[{{"op":"upsert","task":{{"id":"{id}","content":"Do {id}"}}}}]}}"#
+    )
+}
+
+fn ids(s: &Snapshot) -> Vec<String> {
+    let mut ids: Vec<String> = s.tasks.iter().map(|t| t.id.clone()).collect();
+    ids.sort();
+    ids
+}
+
+/// `list_elsewhere`, naming `holder`.
+fn assert_elsewhere(r: Result<Snapshot, HttpError>, holder: &str) {
+    match r {
+        Err(HttpError::Api(e)) => {
+            assert_eq!(e.code, ErrorCode::ListElsewhere, "{e:?}");
+            assert!(e.message.contains(holder), "{}", e.message);
+        }
+        other => panic!("wanted list_elsewhere naming {holder}, got {other:?}"),
+    }
+}
+
+/// Reads `list` on `api` until the hub serves it (another's lease ends first).
+async fn read_when_served(api: &Api, list: &str) -> (Snapshot, Duration) {
+    let started = Instant::now();
+    loop {
+        match api.read(list, None).await {
+            Ok(s) => return (s, started.elapsed()),
+            Err(HttpError::Api(e)) if e.code == ErrorCode::ListElsewhere => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "never served: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_has_one_authority_and_moves_with_every_acknowledged_write_when_its_hub_dies() {
+    let nats = NatsServer::start("hubs-failover");
+    let dir = scratch("cluster-failover");
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    lead(&a).create("plan").await.unwrap();
+    let mut acked = Vec::new();
+    for i in 0..5 {
+        let id = format!("t{i}");
+        lead(&a).write("plan", &upsert(&id)).await.unwrap();
+        acked.push(id);
+    }
+    // One authority: hub-b sends callers to hub-a.
+    assert_elsewhere(lead(&b).read("plan", None).await, "hub-a");
+    assert_eq!(ids(&lead(&a).read("plan", None).await.unwrap()), acked);
+
+    // hub-a dies; hub-b takes the list once the lease ends, with every write.
+    a.kill9();
+    let (snapshot, waited) = read_when_served(&lead(&b), "plan").await;
+    assert_eq!(ids(&snapshot), acked, "served by hub-b after {waited:?}");
+    lead(&b).write("plan", &upsert("t5")).await.unwrap();
+    acked.push("t5".to_owned());
+
+    // hub-a comes back on its own store: the list is hub-b's now.
+    let a = hub_in(&nats, &dir, "hub-a");
+    assert_elsewhere(lead(&a).read("plan", None).await, "hub-b");
+    // hub-b stops cleanly: it gives the list back, and hub-a takes it at once with
+    // hub-b's write replayed into its store.
+    drop(b);
+    let (snapshot, _) = read_when_served(&lead(&a), "plan").await;
+    assert_eq!(ids(&snapshot), acked);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_paused_past_its_lease_keeps_nothing_it_is_asked_when_it_wakes_up() {
+    let nats = NatsServer::start("hubs-zombie");
+    let dir = scratch("cluster-zombie");
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    lead(&a).create("plan").await.unwrap();
+    for id in ["t0", "t1"] {
+        lead(&a).write("plan", &upsert(id)).await.unwrap();
+    }
+    a.signal(libc::SIGSTOP);
+    let (snapshot, _) = read_when_served(&lead(&b), "plan").await;
+    assert_eq!(ids(&snapshot), ["t0", "t1"]);
+    lead(&b).write("plan", &upsert("t2")).await.unwrap();
+
+    // A write reaches the paused hub, which holds the list in memory still.
+    let late = tokio::spawn({
+        let api = lead(&a);
+        async move { api.write("plan", &upsert("zombie")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.signal(libc::SIGCONT);
+    let answer = tokio::time::timeout(Duration::from_secs(20), late)
+        .await
+        .expect("the woken hub answers")
+        .unwrap();
+    assert!(answer.is_err(), "the woken hub acknowledged {answer:?}");
+    eprintln!("the woken hub answered {answer:?}");
+
+    let after = lead(&b).read("plan", None).await.unwrap();
+    assert_eq!(ids(&after), ["t0", "t1", "t2"], "the late write is nowhere");
+}
