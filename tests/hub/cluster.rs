@@ -140,3 +140,41 @@ async fn a_hub_paused_past_its_lease_keeps_nothing_it_is_asked_when_it_wakes_up(
     let after = lead(&b).read("plan", None).await.unwrap();
     assert_eq!(ids(&after), ["t0", "t1", "t2"], "the late write is nowhere");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_peers_reach_a_list_at_its_authority_and_follow_it_when_its_hub_dies() {
+    use swarmtodo::client::{list_document_id, Connection};
+    use swarmtodo::model::TodoList;
+
+    let nats = NatsServer::start("hubs-sync");
+    let dir = scratch("cluster-sync");
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    let doc = list_document_id("swarm");
+    let mut lead = crate::common::planned();
+    let mut c_lead = Connection::connect(&a.url, "lead").await.unwrap();
+    c_lead.sync(doc, &mut lead).await.unwrap();
+    assert!(c_lead.in_sync(doc, &lead), "hub-a acknowledged the plan");
+
+    // At hub-b a peer of the list is closed, told where the list is.
+    let mut sub = TodoList::create(crate::common::actor(2));
+    let mut c_sub = Connection::connect(&b.url, "sub").await.unwrap();
+    let e = c_sub.sync(doc, &mut sub).await.unwrap_err();
+    assert!(e.to_string().contains("hub-a"), "{e}");
+
+    // hub-a dies: the peer reconnects to hub-b, which takes the list with the plan.
+    a.kill9();
+    let started = Instant::now();
+    loop {
+        let mut c = Connection::connect(&b.url, "sub").await.unwrap();
+        match c.sync(doc, &mut sub).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(started.elapsed() < Duration::from_secs(20), "{e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    assert_eq!(sub.read().tasks.len(), lead.read().tasks.len());
+    assert_eq!(sub.read().tasks.len(), 3);
+}

@@ -28,10 +28,14 @@ impl HubCore {
         }
         let mut fx = Effects::default();
         self.clock_ms = now_ms;
+        if !self.docs.contains_key(&id) {
+            self.found_empty = Some(id);
+        }
         for (c, bytes) in self.waiting.remove(&id).unwrap_or_default().0 {
             self.frame(now_ms, c, &bytes, &mut fx);
         }
         self.calls_loaded(now_ms, id, &mut fx);
+        self.found_empty = None;
         // A sub-list loaded again rolls up again (its parent may have missed the last).
         self.sub_list_touched(id);
         self.roll_up_due(now_ms, &mut fx);

@@ -407,6 +407,10 @@ pub struct HubCore {
     /// in memory (`docs`) only while a peer syncs it: when its last peer leaves it is
     /// dropped, and loaded again (`Effects::loads`) when a peer asks for it.
     stored: BTreeSet<DocumentId>,
+    /// The list whose load just found nothing, while the frames and calls that waited
+    /// for it are handled (in a cluster, where every list may be stored, they make it
+    /// rather than load it again).
+    found_empty: Option<DocumentId>,
     /// Frames waiting for their stored list to be loaded, in the order they came, and
     /// their bytes (at most [`LOAD_WAITING_BYTES_MAX`]).
     waiting: BTreeMap<DocumentId, Waiting>,
@@ -460,6 +464,7 @@ impl HubCore {
             news: BTreeMap::new(),
             actors: BTreeMap::new(),
             stored: BTreeSet::new(),
+            found_empty: None,
             waiting: BTreeMap::new(),
             creators: BTreeMap::new(),
             durable: Vec::new(),
@@ -486,7 +491,7 @@ impl HubCore {
     /// True when list `doc` may be stored: it is in the store, or the hub is one of a
     /// cluster ([`HubConfig::every_list_stored`]).
     pub(super) fn maybe_stored(&self, doc: &DocumentId) -> bool {
-        self.config.every_list_stored || self.stored.contains(doc)
+        self.stored.contains(doc) || self.config.every_list_stored && self.found_empty != Some(*doc)
     }
 
     /// True when list `doc` is in memory.
