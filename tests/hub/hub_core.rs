@@ -1667,3 +1667,67 @@ fn a_quiet_list_gives_back_its_sync_window_and_serves_its_peers_after() {
     assert!(reader.raw_task("late").is_some());
     assert_eq!(held(&hub), (1, end + 1));
 }
+
+/// In a cluster every list may be stored (in the cluster's log): a sync for a list not
+/// in memory asks for a load; a load that found nothing lets the waiting peer make the
+/// list, without a second load; a list another hub holds closes its waiting peers with
+/// 1013 `list_elsewhere`, naming the holder; a list whose lease ended leaves memory,
+/// its peers closed with 1012 `list_moved`.
+#[test]
+fn a_cluster_hub_loads_every_list_first_and_closes_peers_of_lists_it_does_not_hold() {
+    let mut config = HubConfig::new(ActorId::from([0xA0u8; 16]));
+    config.every_list_stored = true;
+    let hub_id = config.peer_id.clone();
+    let mut core = HubCore::new(config);
+    let ask = |core: &mut HubCore, conn: u64, doc: DocumentId| {
+        let c = ConnId(conn);
+        core.handle(0, Input::Connected(c));
+        let join = wire::encode(&WireMessage::Join {
+            sender_id: peer(conn),
+            supported_protocol_versions: Some(vec!["1".into()]),
+            peer_metadata: None,
+        });
+        core.handle(0, Input::Frame(c, join));
+        let lead = crate::common::planned();
+        let mut state = sync::State::new();
+        let data = lead.generate_sync_message(&mut state).unwrap().encode();
+        let f = wire::encode(&WireMessage::Sync {
+            sender_id: peer(conn),
+            target_id: hub_id.clone(),
+            document_id: doc,
+            data,
+        });
+        (c, core.handle(0, Input::Frame(c, f)))
+    };
+    let closed = |fx: &Effects, c: ConnId| {
+        fx.closes
+            .iter()
+            .find(|(to, _)| *to == c)
+            .map(|(_, close)| close.clone())
+    };
+
+    let held = swarmtodo::client::list_document_id("held-elsewhere");
+    let (c1, fx) = ask(&mut core, 1, held);
+    assert_eq!(fx.loads, [held], "a list not in memory is loaded first");
+    let fx = core.unavailable(0, held, "list X is held by hub hub-b");
+    let close = closed(&fx, c1).expect("the waiting peer is closed");
+    assert_eq!(
+        (close.code, close.reason.as_str()),
+        (1013, "list_elsewhere")
+    );
+    assert!(close.message.unwrap().contains("hub-b"));
+    assert!(!core.is_loaded(&held));
+
+    let fresh = swarmtodo::client::list_document_id("fresh");
+    let (c2, fx) = ask(&mut core, 2, fresh);
+    assert_eq!(fx.loads, [fresh]);
+    let fx = core.loaded(0, fresh, None);
+    assert!(fx.loads.is_empty(), "no second load: {:?}", fx.loads);
+    assert!(core.is_loaded(&fresh), "the peer's list is made here");
+    assert!(closed(&fx, c2).is_none());
+
+    let fx = core.lost(0, fresh, "the lease ended");
+    let close = closed(&fx, c2).expect("its peer is closed");
+    assert_eq!((close.code, close.reason.as_str()), (1012, "list_moved"));
+    assert!(!core.is_loaded(&fresh));
+}
