@@ -125,6 +125,11 @@ impl Server {
                     "--config",
                     &config.to_string_lossy(),
                 ]);
+                // SIDE_BY_SIDE_HUB_NATS=nats://… makes the hub one of a cluster on that
+                // NATS (every commit through the list's log first): what the log costs.
+                if let Ok(nats) = std::env::var("SIDE_BY_SIDE_HUB_NATS") {
+                    cmd.args(["--nats", &nats, "--hub-id", &format!("bench-{port}")]);
+                }
                 cmd.env(
                     "SWARMTODO_LOG",
                     std::env::var("SIDE_BY_SIDE_HUB_LOG").unwrap_or_else(|_| "warn".to_owned()),

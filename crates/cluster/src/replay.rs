@@ -50,9 +50,8 @@ pub fn replay_into(
             logged: in_log,
         });
     }
-    let mut out = Replayed::default();
     let mut seen: u64 = 0;
-    let mut created = known;
+    let mut rests = Vec::new();
     for r in records {
         let Entry::Commit(batch) = &r.entry else {
             continue;
@@ -67,14 +66,20 @@ pub fn replay_into(
             reported: batch.reported.clone(),
             summary: None,
         };
-        if rest.is_empty() {
-            continue;
+        if !rest.is_empty() {
+            rests.push((doc, rest));
         }
-        if !created {
-            db.create_or_get_list(name, doc)?;
-            created = true;
-        }
-        let commit = db.commit_merge(doc, &rest)?;
+    }
+    let mut out = Replayed::default();
+    if rests.is_empty() {
+        return Ok(out);
+    }
+    if !known {
+        db.create_or_get_list(name, doc)?;
+    }
+    // One transaction (one write to disk) for the whole replay: a hub taking a list
+    // with a long log does not pay a sync of the disk per record.
+    for commit in db.commit_merges(&rests)? {
         if commit.changes_added > 0 || !commit.seqs.is_empty() {
             out.commits += 1;
         }
