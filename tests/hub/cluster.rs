@@ -178,3 +178,21 @@ async fn sync_peers_reach_a_list_at_its_authority_and_follow_it_when_its_hub_die
     assert_eq!(sub.read().tasks.len(), lead.read().tasks.len());
     assert_eq!(sub.read().tasks.len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegated_task_s_new_list_is_taken_by_the_hub_that_makes_it() {
+    let nats = NatsServer::start("hubs-delegate");
+    let dir = scratch("cluster-delegate");
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    lead(&a).create("plan").await.unwrap();
+    lead(&a).write("plan", &upsert("t1")).await.unwrap();
+    lead(&a)
+        .delegate("plan", "t1", "sub", Some("plan-t1"))
+        .await
+        .unwrap();
+    lead(&a).write("plan-t1", &upsert("s1")).await.unwrap();
+    assert_eq!(ids(&lead(&a).read("plan-t1", None).await.unwrap()), ["s1"]);
+    // hub-a holds the new list too.
+    assert_elsewhere(lead(&b).read("plan-t1", None).await, "hub-a");
+}

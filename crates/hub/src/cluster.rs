@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-use swarmtodo_cluster::{replay_into, Cluster, ClusterError, Tenure};
+use swarmtodo_cluster::{replay_into, Cluster, ClusterError, Replayed, Tenure};
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_store::persist::doc_id;
 use swarmtodo_store::{Batch, Store};
@@ -51,54 +51,67 @@ impl ClusterSide {
     /// Makes this hub list `doc`'s authority, its store up to date with the log: takes
     /// the list (unless it holds it already), then replays the log into the store. An
     /// `Err` says why it cannot act for the list (another hub holds it, NATS failed).
-    pub(crate) async fn take(&self, doc: DocumentId, store: &Store) -> Result<(), String> {
+    pub(crate) async fn take(&self, doc: DocumentId, store: &Store) -> Result<Replayed, String> {
         if self.term(&doc).is_some() {
-            return Ok(());
+            return Ok(Replayed::default());
         }
         let id = doc_id(&doc);
         let tenure = self.cluster.take(id).await.map_err(|e| e.to_string())?;
-        let through = tenure.last();
-        let read = match self.cluster.read(id, 0).await {
-            Ok(r) if r.through >= through => r,
-            Ok(r) => {
-                let _ = self.cluster.release(tenure).await;
-                return Err(format!(
-                    "the log of {doc} reads only to {} of {through}: retry",
-                    r.through
-                ));
+        let (through, lease) = (tenure.last(), tenure.lease().revision);
+        // Held from now on, and renewed with the others while the log is replayed.
+        if let Ok(mut terms) = self.terms.lock() {
+            terms.insert(doc, Arc::new(tokio::sync::Mutex::new(tenure)));
+        }
+        let replayed = match self.cluster.read(id, 0).await {
+            Ok(read) if read.through >= through => {
+                let name = doc.to_string();
+                store
+                    .with_db(move |db| Ok(replay_into(db, id, &name, &read.records)))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
             }
-            Err(e) => {
-                let _ = self.cluster.release(tenure).await;
-                return Err(e.to_string());
-            }
+            Ok(read) => Err(format!(
+                "the log of {doc} reads only to {} of {through}: retry",
+                read.through
+            )),
+            Err(e) => Err(e.to_string()),
         };
-        let name = doc.to_string();
-        let replayed = store
-            .with_db(move |db| Ok(replay_into(db, id, &name, &read.records)))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
         match replayed {
             Ok(r) => {
-                tracing::info!(%doc, lease = tenure.lease().revision, commits = r.commits, events = r.events, "list taken; its log replayed into the store");
-                if let Ok(mut terms) = self.terms.lock() {
-                    terms.insert(doc, Arc::new(tokio::sync::Mutex::new(tenure)));
-                }
-                Ok(())
+                tracing::info!(%doc, lease, commits = r.commits, events = r.events, "list taken; its log replayed into the store");
+                Ok(r)
             }
             Err(e) => {
-                let _ = self.cluster.release(tenure).await;
+                self.release(doc).await;
                 Err(e)
             }
         }
     }
 
-    /// Appends one commit of list `doc` to its log. An `Err` says why the log did not
-    /// take it: the hub's term is over (the list is dropped from memory by the caller's
-    /// refusal).
-    pub(crate) async fn append(&self, doc: DocumentId, batch: &Batch) -> Result<(), String> {
-        let Some(term) = self.term(&doc) else {
-            return Err(format!("this hub does not hold list {doc} in the cluster"));
+    /// Appends one commit of list `doc` to its log. A list the hub made without loading
+    /// it (a delegated task's new list) is taken first; if the log held it already the
+    /// commit is refused (the list is loaded again, as the log has it). An `Err` says
+    /// why the log did not take the commit: the list is dropped from memory by the
+    /// caller's refusal.
+    pub(crate) async fn append(
+        &self,
+        doc: DocumentId,
+        batch: &Batch,
+        store: &Store,
+    ) -> Result<(), String> {
+        let term = match self.term(&doc) {
+            Some(t) => t,
+            None => {
+                let replayed = self.take(doc, store).await?;
+                if replayed != Replayed::default() {
+                    return Err(format!(
+                        "list {doc} exists in the cluster already: it is loaded as the log has it"
+                    ));
+                }
+                self.term(&doc)
+                    .ok_or_else(|| format!("this hub does not hold list {doc} in the cluster"))?
+            }
         };
         let mut tenure = term.lock().await;
         match self.cluster.append(&mut tenure, batch).await {

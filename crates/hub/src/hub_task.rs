@@ -400,7 +400,7 @@ impl Io for Relay {
     /// from memory) and not stored.
     async fn commit(&mut self, commits: &[Commit], at_ms: i64) -> Result<Vec<Stored>, StoreError> {
         let refused = match &self.cluster {
-            Some(side) => append_to_logs(side, commits, at_ms).await,
+            Some(side) => append_to_logs(side, &self.store, commits, at_ms).await,
             None => vec![None; commits.len()],
         };
         let kept: Vec<Commit> = commits
@@ -467,7 +467,7 @@ impl Io for Relay {
             tokio::spawn(async move {
                 // In a cluster: the list's lease first, and the log in the store.
                 if let Some(side) = side {
-                    if let Err(why) = side.take(doc, &store).await {
+                    if let Err(why) = side.take(doc, &store).await.map(|_| ()) {
                         let _ = to_hub.send(ToHub::Unavailable(doc, why)).await;
                         return;
                     }
@@ -530,7 +530,12 @@ impl Io for Relay {
 /// In a cluster: appends each commit that carries something for the log (changes,
 /// events, keys; not a row of the index of lists alone) to its list's log, in order.
 /// Per commit: `None` when appended or nothing to append, `Some(why)` when refused.
-async fn append_to_logs(side: &ClusterSide, commits: &[Commit], at_ms: i64) -> Vec<Option<String>> {
+async fn append_to_logs(
+    side: &ClusterSide,
+    store: &Store,
+    commits: &[Commit],
+    at_ms: i64,
+) -> Vec<Option<String>> {
     let mut out = Vec::with_capacity(commits.len());
     for c in commits {
         if c.changes.is_empty() && c.events.is_empty() && c.reported.is_empty() {
@@ -538,7 +543,7 @@ async fn append_to_logs(side: &ClusterSide, commits: &[Commit], at_ms: i64) -> V
             continue;
         }
         let appended = match persist::batch(c, at_ms) {
-            Ok(batch) => side.append(c.doc, &batch).await,
+            Ok(batch) => side.append(c.doc, &batch, store).await,
             Err(e) => Err(e.to_string()),
         };
         if let Err(why) = &appended {
