@@ -196,3 +196,45 @@ async fn a_delegated_task_s_new_list_is_taken_by_the_hub_that_makes_it() {
     // hub-a holds the new list too.
     assert_elsewhere(lead(&b).read("plan-t1", None).await, "hub-a");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_that_leaves_memory_is_given_back_at_once() {
+    use swarmtodo::client::{list_document_id, Connection};
+
+    let nats = NatsServer::start("hubs-give-back");
+    let dir = scratch("cluster-give-back");
+    // Leases of 30 s: only a list given back moves before that.
+    let long = |id: &str| {
+        let config = dir.join(format!("{id}.toml"));
+        std::fs::write(&config, "[cluster]\nlease_ms = 30000\n").unwrap();
+        HubProc::start_with(
+            &dir.join(format!("{id}.db")),
+            "127.0.0.1:0",
+            &[
+                "--nats",
+                &nats.url,
+                "--hub-id",
+                id,
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        )
+    };
+    let a = long("hub-a");
+    let b = long("hub-b");
+    let doc = list_document_id("synced");
+    let mut plan = crate::common::planned();
+    let mut c = Connection::connect(&a.url, "lead").await.unwrap();
+    c.sync(doc, &mut plan).await.unwrap();
+    assert_elsewhere(lead_read(&b, "synced").await, "hub-a");
+    // The only peer leaves: the list leaves hub-a's memory, and its lease goes back.
+    c.close().await.unwrap();
+    let (snapshot, waited) = read_when_served(&lead(&b), "synced").await;
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    assert_eq!(snapshot.tasks.len(), 3);
+    drop(a);
+}
+
+async fn lead_read(hub: &HubProc, list: &str) -> Result<Snapshot, HttpError> {
+    lead(hub).read(list, None).await
+}

@@ -40,6 +40,11 @@ impl ClusterSide {
         self.terms.lock().ok()?.get(doc).cloned()
     }
 
+    /// How many lists this hub holds.
+    pub(crate) fn held_count(&self) -> usize {
+        self.terms.lock().map(|t| t.len()).unwrap_or(0)
+    }
+
     /// The lists this hub holds.
     pub(crate) fn held(&self) -> Vec<DocumentId> {
         self.terms

@@ -348,6 +348,10 @@ impl Relay {
         let Some(side) = &self.cluster else {
             return;
         };
+        // Every list held is in memory or being loaded, unless one left: look then only.
+        if side.held_count() <= core.doc_count() + self.loading.len() {
+            return;
+        }
         for doc in side.held() {
             if !core.is_loaded(&doc) && !self.loading.contains(&doc) {
                 let side = side.clone();
@@ -399,29 +403,33 @@ impl Io for Relay {
     /// to its list's log first; one the log refuses is refused (its list is dropped
     /// from memory) and not stored.
     async fn commit(&mut self, commits: &[Commit], at_ms: i64) -> Result<Vec<Stored>, StoreError> {
-        let refused = match &self.cluster {
-            Some(side) => append_to_logs(side, &self.store, commits, at_ms).await,
-            None => vec![None; commits.len()],
+        let stored = match &self.cluster {
+            None => persist::as_stored(
+                persist::commit_all(&self.store, &mut self.known, commits, at_ms).await?,
+            ),
+            Some(side) => {
+                let refused = append_to_logs(side, &self.store, commits, at_ms).await;
+                let kept: Vec<Commit> = commits
+                    .iter()
+                    .zip(&refused)
+                    .filter(|(_, r)| r.is_none())
+                    .map(|(c, _)| c.clone())
+                    .collect();
+                let mut durable = persist::as_stored(
+                    persist::commit_all(&self.store, &mut self.known, &kept, at_ms).await?,
+                )
+                .into_iter();
+                refused
+                    .into_iter()
+                    .map(|r| match r {
+                        Some(why) => Stored::Refused(why),
+                        None => durable.next().unwrap_or_else(|| {
+                            Stored::Refused("no answer from the store".to_owned())
+                        }),
+                    })
+                    .collect()
+            }
         };
-        let kept: Vec<Commit> = commits
-            .iter()
-            .zip(&refused)
-            .filter(|(_, r)| r.is_none())
-            .map(|(c, _)| c.clone())
-            .collect();
-        let mut durable = persist::as_stored(
-            persist::commit_all(&self.store, &mut self.known, &kept, at_ms).await?,
-        )
-        .into_iter();
-        let stored: Vec<Stored> = refused
-            .into_iter()
-            .map(|r| match r {
-                Some(why) => Stored::Refused(why),
-                None => durable
-                    .next()
-                    .unwrap_or_else(|| Stored::Refused("no answer from the store".to_owned())),
-            })
-            .collect();
         self.streams.publish(commits, &stored, at_ms);
         self.metrics.committed(
             commits
