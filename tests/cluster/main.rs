@@ -121,7 +121,7 @@ async fn a_second_hub_cannot_take_a_held_list_and_takes_it_at_once_when_released
     let nats = NatsServer::start("lease-held");
     let (a, b) = (hub(&nats, "hub-a").await, hub(&nats, "hub-b").await);
     let doc = DocId([3; 16]);
-    let t = a.take(doc).await.unwrap();
+    let mut t = a.take(doc).await.unwrap();
     let e = b.take(doc).await.unwrap_err();
     assert_eq!(e.code(), "cluster_lease_held");
     assert!(e.to_string().contains("held by hub hub-a"), "{e}");
@@ -130,7 +130,7 @@ async fn a_second_hub_cannot_take_a_held_list_and_takes_it_at_once_when_released
         Some(("hub-a".to_owned(), t.lease().revision))
     );
 
-    a.release(t).await.unwrap();
+    a.release(&mut t).await.unwrap();
     let started = Instant::now();
     let t2 = b.take(doc).await.unwrap();
     assert!(

@@ -13,8 +13,13 @@ use crate::common::{scratch, HubProc, NatsServer};
 
 /// Hub `id` of the cluster on `nats`, its store in `dir`, leases of one second.
 fn hub_in(nats: &NatsServer, dir: &Path, id: &str) -> HubProc {
+    hub_with_lease(nats, dir, id, 1000)
+}
+
+/// Hub `id` of the cluster on `nats`, its store in `dir`, leases of `lease_ms`.
+fn hub_with_lease(nats: &NatsServer, dir: &Path, id: &str, lease_ms: u64) -> HubProc {
     let config = dir.join(format!("{id}.toml"));
-    std::fs::write(&config, "[cluster]\nlease_ms = 1000\n").unwrap();
+    std::fs::write(&config, format!("[cluster]\nlease_ms = {lease_ms}\n")).unwrap();
     HubProc::start_with(
         &dir.join(format!("{id}.db")),
         "127.0.0.1:0",
@@ -204,22 +209,7 @@ async fn a_list_that_leaves_memory_is_given_back_at_once() {
     let nats = NatsServer::start("hubs-give-back");
     let dir = scratch("cluster-give-back");
     // Leases of 30 s: only a list given back moves before that.
-    let long = |id: &str| {
-        let config = dir.join(format!("{id}.toml"));
-        std::fs::write(&config, "[cluster]\nlease_ms = 30000\n").unwrap();
-        HubProc::start_with(
-            &dir.join(format!("{id}.db")),
-            "127.0.0.1:0",
-            &[
-                "--nats",
-                &nats.url,
-                "--hub-id",
-                id,
-                "--config",
-                config.to_str().unwrap(),
-            ],
-        )
-    };
+    let long = |id: &str| hub_with_lease(&nats, &dir, id, 30_000);
     let a = long("hub-a");
     let b = long("hub-b");
     let doc = list_document_id("synced");

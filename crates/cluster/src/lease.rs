@@ -163,7 +163,7 @@ impl Leases {
 
     /// Gives `lease` up at once, so another hub need not wait for it to end. Nothing
     /// happens if it was lost already.
-    pub(crate) async fn release(&self, lease: Lease) -> Result<(), ClusterError> {
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<(), ClusterError> {
         match self
             .kv
             .purge_expect_revision(lease.doc.to_string(), Some(lease.revision))

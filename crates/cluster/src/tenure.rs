@@ -90,7 +90,7 @@ impl Cluster {
                 Err(e) => return Err(e),
             }
         }
-        let _ = self.leases.release(lease).await;
+        let _ = self.leases.release(&lease).await;
         Err(ClusterError::LeaseLost { doc })
     }
 
@@ -147,7 +147,8 @@ impl Cluster {
 
     /// Ends the term and gives the lease back, so that another hub takes the list at
     /// once (on shutdown, or when the list leaves memory).
-    pub async fn release(&self, tenure: Tenure) -> Result<(), ClusterError> {
-        self.leases.release(tenure.lease).await
+    pub async fn release(&self, tenure: &mut Tenure) -> Result<(), ClusterError> {
+        tenure.ended = true;
+        self.leases.release(&tenure.lease).await
     }
 }

@@ -122,7 +122,7 @@ impl ClusterSide {
         match self.cluster.append(&mut tenure, batch).await {
             Ok(_) => Ok(()),
             Err(e) => {
-                self.forget(&doc);
+                self.forget_term(&doc, &term);
                 Err(e.to_string())
             }
         }
@@ -132,20 +132,30 @@ impl ClusterSide {
         self.terms.lock().ok()?.remove(doc)
     }
 
+    /// Forgets `term` if it is still list `doc`'s (not given back, nor taken again
+    /// since); true when it was.
+    fn forget_term(&self, doc: &DocumentId, term: &Term) -> bool {
+        let Ok(mut terms) = self.terms.lock() else {
+            return false;
+        };
+        if terms.get(doc).is_some_and(|t| Arc::ptr_eq(t, term)) {
+            terms.remove(doc);
+            return true;
+        }
+        false
+    }
+
     /// Gives list `doc` back (it left memory): another hub may take it at once.
     pub(crate) async fn release(&self, doc: DocumentId) {
         let Some(term) = self.forget(&doc) else {
             return;
         };
-        let tenure = term.lock().await;
-        let lease = tenure.lease().clone();
-        drop(tenure);
-        if let Ok(t) = Arc::try_unwrap(term) {
-            if let Err(e) = self.cluster.release(t.into_inner()).await {
-                tracing::info!(%doc, error = %e, "lease not given back; it ends by itself");
-            } else {
-                tracing::debug!(%doc, lease = lease.revision, "list given back");
-            }
+        // The renewal loop may hold the term a moment: the lock waits for it, and the
+        // term, ended, renews and appends no more.
+        let mut tenure = term.lock().await;
+        match self.cluster.release(&mut tenure).await {
+            Ok(()) => tracing::debug!(%doc, lease = tenure.lease().revision, "list given back"),
+            Err(e) => tracing::info!(%doc, error = %e, "lease not given back; it ends by itself"),
         }
     }
 
@@ -174,9 +184,10 @@ impl ClusterSide {
                         side.cluster.renew(&mut tenure).await
                     };
                     if let Err(e) = renewed {
-                        side.forget(&doc);
-                        let why = lost_why(&e);
-                        let _ = to_hub.send(ToHub::Lost(doc, why)).await;
+                        // A term given back meanwhile (the list left memory) is not lost.
+                        if side.forget_term(&doc, &term) {
+                            let _ = to_hub.send(ToHub::Lost(doc, lost_why(&e))).await;
+                        }
                     }
                 }
             }

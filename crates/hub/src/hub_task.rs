@@ -475,7 +475,7 @@ impl Io for Relay {
             tokio::spawn(async move {
                 // In a cluster: the list's lease first, and the log in the store.
                 if let Some(side) = side {
-                    if let Err(why) = side.take(doc, &store).await.map(|_| ()) {
+                    if let Err(why) = side.take(doc, &store).await {
                         let _ = to_hub.send(ToHub::Unavailable(doc, why)).await;
                         return;
                     }
