@@ -356,17 +356,35 @@ fn serve(
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    // The cluster's own runtime (its NATS connection, lease renewals, forwarded calls):
+    // a long merge on the hub's runtime cannot hold a renewal up past the lease.
+    let cluster_runtime = match &cluster {
+        Some(_) => Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("swarmtodo-cluster")
+                .enable_all()
+                .build()
+                .context("starting the cluster's runtime")?,
+        ),
+        None => None,
+    };
+    let cluster_handle = cluster_runtime.as_ref().map(|r| r.handle().clone());
+    let served = runtime.block_on(async move {
         let mut hub = swarmtodo::hub::Hub::open_with(&data, hub_config)
             .await
             .with_context(|| format!("opening {}", data.display()))?
             .with_access(access)
             .with_limits(config.conn_limits());
-        if let Some(c) = cluster {
-            let joined = swarmtodo::cluster::Cluster::connect(&c)
+        if let (Some(c), Some(on)) = (cluster, cluster_handle) {
+            let joined = on
+                .spawn(async move {
+                    let joined = swarmtodo::cluster::Cluster::connect(&c).await;
+                    tracing::info!(hub = %c.hub, nats = %c.url, ok = joined.is_ok(), "one of a cluster");
+                    joined.with_context(|| format!("joining the cluster at {} as {}", c.url, c.hub))
+                })
                 .await
-                .with_context(|| format!("joining the cluster at {} as {}", c.url, c.hub))?;
-            tracing::info!(hub = %c.hub, nats = %c.url, "one of a cluster");
+                .context("joining the cluster")??;
             hub = hub.with_cluster(joined);
         }
         let listener = tokio::net::TcpListener::bind(listen)
@@ -378,7 +396,12 @@ fn serve(
         hub.serve(listener, shutdown_signal()).await?;
         tracing::info!("stopped");
         Ok(())
-    })
+    });
+    // Its leases were given back when the hub stopped.
+    if let Some(r) = cluster_runtime {
+        r.shutdown_background();
+    }
+    served
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -25,6 +25,7 @@ pub use self::api::{
     ClaimAnswer, ClaimRequest, DelegateAnswer, DelegateRequest, FieldChange, HistoryEntry,
     ListSummary, ListsPage, TaskCounts, TaskHistory, WaitAnswer, WriteAnswer,
 };
+pub use self::request::as_json as write_request_as_json;
 pub use self::request::parse_write_request;
 
 pub use self::limits::{

@@ -231,3 +231,23 @@ fn typed<T: serde::de::DeserializeOwned>(v: &serde_json::Value, at: &str) -> Res
         api_error(code, Some(field), inner, allowed)
     })
 }
+
+/// A [`WriteRequest`] inside another serde value as its JSON text, read back by
+/// [`parse_write_request`] (the derived `Deserialize` cannot take the flattened mode
+/// beside `deny_unknown_fields`): `#[serde(with = "swarmtodo_proto::write_request_as_json")]`.
+pub mod as_json {
+    use super::parse_write_request;
+    use crate::WriteRequest;
+
+    /// Writes the request as its JSON text.
+    pub fn serialize<S: serde::Serializer>(r: &WriteRequest, s: S) -> Result<S::Ok, S::Error> {
+        let text = serde_json::to_string(r).map_err(serde::ser::Error::custom)?;
+        s.serialize_str(&text)
+    }
+
+    /// Reads the request from its JSON text, checked as a caller's would be.
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<WriteRequest, D::Error> {
+        let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+        parse_write_request(&text).map_err(serde::de::Error::custom)
+    }
+}

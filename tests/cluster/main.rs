@@ -9,7 +9,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use automerge::{transaction::Transactable, Automerge, ROOT};
-use swarmtodo_cluster::limits::{LEASE_TTL_MIN, LOG_PART_BYTES_MAX, LOG_RECORD_BYTES_MAX};
+use swarmtodo_cluster::limits::{
+    FORWARD_BYTES_MAX, LEASE_TTL_MIN, LOG_PART_BYTES_MAX, LOG_RECORD_BYTES_MAX,
+};
 use swarmtodo_cluster::{headers, subject, Cluster, ClusterConfig, Entry, Tenure};
 use swarmtodo_store::{Batch, ChangeRecord, DocId, NewEvent, CHANGE_BYTES_MAX};
 
@@ -72,7 +74,10 @@ async fn take_when_free(b: &Cluster, doc: DocId) -> (Tenure, Duration) {
         match b.take(doc).await {
             Ok(t) => return (t, started.elapsed()),
             Err(e) => {
-                assert_eq!(e.code(), "cluster_lease_held", "{e}");
+                assert!(
+                    matches!(e.code(), "cluster_lease_held" | "cluster_lease_changing"),
+                    "{e}"
+                );
                 assert!(
                     started.elapsed() < Duration::from_secs(30),
                     "the lease never ended"
@@ -321,6 +326,61 @@ async fn a_record_at_the_limit_is_taken_and_one_past_it_refused_before_writing()
 }
 
 #[tokio::test]
+async fn a_forwarded_call_and_its_answer_go_whole_up_to_their_limit() {
+    let nats = NatsServer::start("forward");
+    let a = hub(&nats, "hub-a").await;
+    let b = hub(&nats, "hub-b").await;
+    // hub-b answers every call with its bytes reversed.
+    let mut calls = b.forwarded().await.unwrap();
+    tokio::spawn(async move {
+        while let Some(call) = calls.next().await {
+            let mut back = call.body.clone();
+            back.reverse();
+            call.answer(&back).await.unwrap();
+        }
+    });
+    let wait = Duration::from_secs(60);
+    assert_eq!(a.forward("hub-b", b"abc", wait).await.unwrap(), b"cba");
+    // At the limit: 64 parts each way.
+    let body = noise(FORWARD_BYTES_MAX);
+    let back = a.forward("hub-b", &body, wait).await.unwrap();
+    assert_eq!(back.len(), FORWARD_BYTES_MAX);
+    assert!(
+        back.iter().rev().eq(body.iter()),
+        "answered whole, in order"
+    );
+    // One byte past it: refused before anything is sent.
+    let e = a
+        .forward("hub-b", &noise(FORWARD_BYTES_MAX + 1), wait)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "cluster_too_large", "{e}");
+    // Calls at once are answered each its own.
+    let answers = futures_util::future::join_all((0..20u8).map(|i| {
+        let a = a.clone();
+        async move { a.forward("hub-b", &[i, 1, 2], wait).await.unwrap() }
+    }))
+    .await;
+    for (i, back) in (0..20u8).zip(answers) {
+        assert_eq!(back, [2, 1, i]);
+    }
+    // Nobody serves hub-c: told at once, not after the wait.
+    let started = Instant::now();
+    let e = a.forward("hub-c", b"abc", wait).await.unwrap_err();
+    assert_eq!(e.code(), "cluster_no_responder", "{e}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // A hub that never answers: the wait bounds it.
+    let _silent = hub(&nats, "hub-d").await.forwarded().await.unwrap();
+    // Its subscription reaches the server over its own connection.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let e = a
+        .forward("hub-d", b"abc", Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "cluster_forward_timeout", "{e}");
+}
+
+#[tokio::test]
 async fn a_commit_cut_by_a_fence_is_dropped_and_one_being_written_is_waited_for() {
     let nats = NatsServer::start("cut");
     let (a, b) = (hub(&nats, "hub-a").await, hub(&nats, "hub-b").await);
@@ -423,7 +483,7 @@ async fn holder_process() {
     let mut t = loop {
         match me.take(doc).await {
             Ok(t) => break t,
-            Err(e) if e.code() == "cluster_lease_held" => {
+            Err(e) if matches!(e.code(), "cluster_lease_held" | "cluster_lease_changing") => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Err(e) => panic!("{e}"),

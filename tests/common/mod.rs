@@ -142,6 +142,30 @@ pub struct HubProc {
 }
 
 impl HubProc {
+    /// `GET /metrics` as text (the whole response, its head too).
+    pub async fn metrics(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.url.trim_start_matches("ws://");
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    /// The value of the metric line `name` (without labels), 0 when absent.
+    pub async fn metric(&self, name: &str) -> u64 {
+        let text = self.metrics().await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Starts a hub on any free loopback port with its data in `db`.
     pub fn start(db: &Path) -> HubProc {
         HubProc::start_at(db, "127.0.0.1:0")

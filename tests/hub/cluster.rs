@@ -1,7 +1,7 @@
 //! Hubs of one cluster (`serve --nats`) on a real nats-server: one authority per list,
-//! the others answering `list_elsewhere`; the list moves to another hub when its hub is
-//! killed, with every acknowledged write; a hub paused past its lease keeps nothing it
-//! is asked to write when it wakes up.
+//! which decides the calls made at any hub (the others forward them); the list moves to
+//! another hub when its hub is killed, with every acknowledged write; a hub paused past
+//! its lease keeps nothing it is asked to write when it wakes up.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -50,32 +50,28 @@ fn ids(s: &Snapshot) -> Vec<String> {
     ids
 }
 
-/// `list_elsewhere`, naming `holder`.
-fn assert_elsewhere(r: Result<Snapshot, HttpError>, holder: &str) {
-    match r {
-        Err(HttpError::Api(e)) => {
-            assert_eq!(e.code, ErrorCode::ListElsewhere, "{e:?}");
-            assert!(e.message.contains(holder), "{}", e.message);
-        }
-        other => panic!("wanted list_elsewhere naming {holder}, got {other:?}"),
-    }
+/// How many calls `hub` forwarded to another hub so far.
+async fn forwarded(hub: &HubProc) -> u64 {
+    hub.metric("swarmtodo_calls_forwarded_total").await
 }
 
-/// Reads `list` on `api` until the hub serves it (another's lease ends first).
-async fn read_when_served(api: &Api, list: &str) -> (Snapshot, Duration) {
+/// Reads `list` at `hub` until `hub` itself serves it, forwarding the read nowhere (the
+/// holder's lease ends first, or it gives the list back); how long that took.
+async fn read_when_held(hub: &HubProc, list: &str) -> (Snapshot, Duration) {
     let started = Instant::now();
     loop {
-        match api.read(list, None).await {
-            Ok(s) => return (s, started.elapsed()),
-            Err(HttpError::Api(e)) if e.code == ErrorCode::ListElsewhere => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "never served: {e:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+        let before = forwarded(hub).await;
+        match lead(hub).read(list, None).await {
+            Ok(s) if forwarded(hub).await == before => return (s, started.elapsed()),
+            Ok(_) => {}
+            Err(HttpError::Api(e)) if e.code == ErrorCode::ListElsewhere => {}
             Err(e) => panic!("{e}"),
         }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "never held by this hub"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -92,24 +88,26 @@ async fn a_list_has_one_authority_and_moves_with_every_acknowledged_write_when_i
         lead(&a).write("plan", &upsert(&id)).await.unwrap();
         acked.push(id);
     }
-    // One authority: hub-b sends callers to hub-a.
-    assert_elsewhere(lead(&b).read("plan", None).await, "hub-a");
+    // One authority: hub-b forwards its callers' calls to hub-a.
+    assert_eq!(ids(&lead(&b).read("plan", None).await.unwrap()), acked);
+    assert_eq!(forwarded(&b).await, 1);
     assert_eq!(ids(&lead(&a).read("plan", None).await.unwrap()), acked);
 
     // hub-a dies; hub-b takes the list once the lease ends, with every write.
     a.kill9();
-    let (snapshot, waited) = read_when_served(&lead(&b), "plan").await;
+    let (snapshot, waited) = read_when_held(&b, "plan").await;
     assert_eq!(ids(&snapshot), acked, "served by hub-b after {waited:?}");
     lead(&b).write("plan", &upsert("t5")).await.unwrap();
     acked.push("t5".to_owned());
 
     // hub-a comes back on its own store: the list is hub-b's now.
     let a = hub_in(&nats, &dir, "hub-a");
-    assert_elsewhere(lead(&a).read("plan", None).await, "hub-b");
+    assert_eq!(ids(&lead(&a).read("plan", None).await.unwrap()), acked);
+    assert_eq!(forwarded(&a).await, 1, "read at hub-b");
     // hub-b stops cleanly: it gives the list back, and hub-a takes it at once with
     // hub-b's write replayed into its store.
     drop(b);
-    let (snapshot, _) = read_when_served(&lead(&a), "plan").await;
+    let (snapshot, _) = read_when_held(&a, "plan").await;
     assert_eq!(ids(&snapshot), acked);
 }
 
@@ -124,7 +122,8 @@ async fn a_hub_paused_past_its_lease_keeps_nothing_it_is_asked_when_it_wakes_up(
         lead(&a).write("plan", &upsert(id)).await.unwrap();
     }
     a.signal(libc::SIGSTOP);
-    let (snapshot, _) = read_when_served(&lead(&b), "plan").await;
+    // Forwarded to the paused hub until its lease ends, then held by hub-b.
+    let (snapshot, _) = read_when_held(&b, "plan").await;
     assert_eq!(ids(&snapshot), ["t0", "t1"]);
     lead(&b).write("plan", &upsert("t2")).await.unwrap();
 
@@ -198,8 +197,9 @@ async fn a_delegated_task_s_new_list_is_taken_by_the_hub_that_makes_it() {
         .unwrap();
     lead(&a).write("plan-t1", &upsert("s1")).await.unwrap();
     assert_eq!(ids(&lead(&a).read("plan-t1", None).await.unwrap()), ["s1"]);
-    // hub-a holds the new list too.
-    assert_elsewhere(lead(&b).read("plan-t1", None).await, "hub-a");
+    // hub-a holds the new list too: hub-b forwards a read of it.
+    assert_eq!(ids(&lead(&b).read("plan-t1", None).await.unwrap()), ["s1"]);
+    assert_eq!(forwarded(&b).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,15 +216,75 @@ async fn a_list_that_leaves_memory_is_given_back_at_once() {
     let mut plan = crate::common::planned();
     let mut c = Connection::connect(&a.url, "lead").await.unwrap();
     c.sync(doc, &mut plan).await.unwrap();
-    assert_elsewhere(lead_read(&b, "synced").await, "hub-a");
+    assert_eq!(lead(&b).read("synced", None).await.unwrap().tasks.len(), 3);
+    assert_eq!(forwarded(&b).await, 1, "hub-a holds the list");
     // The only peer leaves: the list leaves hub-a's memory, and its lease goes back.
     c.close().await.unwrap();
-    let (snapshot, waited) = read_when_served(&lead(&b), "synced").await;
+    let (snapshot, waited) = read_when_held(&b, "synced").await;
     assert!(waited < Duration::from_secs(10), "waited {waited:?}");
     assert_eq!(snapshot.tasks.len(), 3);
     drop(a);
 }
 
-async fn lead_read(hub: &HubProc, list: &str) -> Result<Snapshot, HttpError> {
-    lead(hub).read(list, None).await
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_hub_takes_any_list_s_calls_and_its_authority_decides_them() {
+    let nats = NatsServer::start("hubs-forward");
+    let dir = scratch("cluster-forward");
+    let hubs = ["hub-a", "hub-b", "hub-c"].map(|id| hub_in(&nats, &dir, id));
+    lead(&hubs[0]).create("plan").await.unwrap();
+    // Writes through the three hubs in turn: hub-a decides them all.
+    let mut acked: Vec<String> = (0..9).map(|i| format!("t{i}")).collect();
+    for (i, id) in acked.iter().enumerate() {
+        lead(&hubs[i % 3]).write("plan", &upsert(id)).await.unwrap();
+    }
+    acked.sort();
+    for h in &hubs {
+        assert_eq!(ids(&lead(h).read("plan", None).await.unwrap()), acked);
+    }
+    // Nine claimers at hub-b and hub-c at once: each task goes to one of them.
+    let claims = futures_util::future::join_all((0..9).map(|i| {
+        let api = Api::new(&hubs[1 + i % 2].url)
+            .unwrap()
+            .agent(format!("w{i}"));
+        async move { api.claim("plan", None).await.unwrap() }
+    }))
+    .await;
+    let mut claimed: Vec<String> = claims.iter().map(|c| c.task.id.clone()).collect();
+    claimed.sort();
+    assert_eq!(claimed, acked, "every task claimed once");
+    // A refusal comes back as the authority gave it.
+    match lead(&hubs[2]).claim("plan", None).await {
+        Err(HttpError::Api(e)) => assert_eq!(e.code, ErrorCode::NothingReady, "{e:?}"),
+        other => panic!("wanted nothing_ready, got {other:?}"),
+    }
+    let (fa, fb, fc) = (
+        forwarded(&hubs[0]).await,
+        forwarded(&hubs[1]).await,
+        forwarded(&hubs[2]).await,
+    );
+    assert_eq!(fa, 0);
+    assert_eq!((fb, fc), (3 + 1 + 5, 3 + 1 + 4 + 1), "writes, read, claims");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_and_an_answer_larger_than_a_nats_message_go_through_a_hub_that_does_not_hold_the_list(
+) {
+    let nats = NatsServer::start("hubs-forward-large");
+    let dir = scratch("cluster-forward-large");
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    lead(&a).create("large").await.unwrap();
+    // 1,000 tasks of 2,000 bytes in one write: a call of two NATS messages and more, an
+    // answer of as many (the limit itself is reached in `tests/cluster`).
+    let text = "x".repeat(2000);
+    let ops: Vec<String> = (0..1000)
+        .map(|i| format!(r#"{{"op":"upsert","task":{{"id":"t{i}","content":"{text}"}}}}"#))
+        .collect();
+    let request = format!(r#"{{"mode":"patch","ops":[{}]}}"#, ops.join(","));
+    assert!(request.len() > 2_000_000, "{} bytes", request.len());
+    lead(&b).write("large", &request).await.unwrap();
+    let read = lead(&b).read("large", None).await.unwrap();
+    assert_eq!(read.tasks.len(), 1000);
+    assert_eq!(forwarded(&b).await, 2);
+    assert_eq!(lead(&a).read("large", None).await.unwrap(), read);
 }

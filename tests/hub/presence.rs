@@ -132,7 +132,7 @@ async fn a_lease_releases_the_task_of_an_agent_gone_and_spares_one_still_connect
     let t2 = list.tasks.iter().find(|t| t.id == "t2").unwrap();
     assert_eq!((t2.status, t2.owner.as_deref()), (Status::Pending, None));
     // w1's and w2's leases, and w3's if it has run out by now (w3 is silent too).
-    let metrics = metrics_text(&hub).await;
+    let metrics = hub.metrics().await;
     let leases: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("swarmtodo_leases_expired_total "))
@@ -158,19 +158,4 @@ async fn a_lease_on_report_names_the_tasks_and_leaves_them_to_their_owner() {
     );
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
-}
-
-/// `GET /metrics` as text.
-async fn metrics_text(hub: &HubProc) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = hub.url.trim_start_matches("ws://");
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
 }

@@ -112,7 +112,7 @@ impl Leases {
     }
 
     /// Takes `doc` for this hub: refused with `cluster_lease_held` while another
-    /// hub's lease lives.
+    /// hub's lease lives (`cluster_lease_changing` when it ended between the two looks).
     pub(crate) async fn acquire(&self, doc: DocId) -> Result<Lease, ClusterError> {
         let sent = Instant::now();
         match self
@@ -122,11 +122,10 @@ impl Leases {
         {
             Ok(revision) => Ok(self.lease(doc, revision, sent)),
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                let by = self
-                    .holder(doc)
-                    .await?
-                    .map_or_else(|| "a hub whose lease just ended".to_owned(), |(hub, _)| hub);
-                Err(ClusterError::LeaseHeld { doc, by })
+                match self.holder(doc).await? {
+                    Some((by, _)) => Err(ClusterError::LeaseHeld { doc, by }),
+                    None => Err(ClusterError::LeaseChanging { doc }),
+                }
             }
             Err(e) => Err(ClusterError::JetStream(format!(
                 "taking the lease of {doc}: {e}"

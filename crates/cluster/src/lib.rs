@@ -11,9 +11,12 @@
 //!   lease's time to live unless renewed; its revision is the fencing token.
 //! - The term (`tenure.rs`): taking a list fences its log, and every append names the
 //!   sequence it follows, so a former holder that wakes up is refused by the log itself.
+//! - Forwarding (`forward.rs`): a call that reaches a hub which is not the list's
+//!   authority goes to the hub that is, over NATS, and its answer comes back.
 //! - The replay (`replay.rs`): a hub's own SQLite store brought up to the log before it
 //!   acts for a list it took.
 
+mod forward;
 mod lease;
 pub mod limits;
 mod log;
@@ -25,6 +28,7 @@ use std::time::Duration;
 
 use swarmtodo_store::DocId;
 
+pub use self::forward::{call_subject, Forwarded, ForwardedCall, CALL_SUBJECT_PREFIX};
 pub use self::lease::{Lease, LEASE_BUCKET};
 pub use self::log::{subject, Entry, Logged, Read, LOG_STREAM, LOG_SUBJECT_PREFIX};
 /// The headers of a log record (docs/DESIGN.md §10).
@@ -65,12 +69,18 @@ impl ClusterConfig {
 #[derive(Debug, Clone)]
 pub struct Cluster {
     hub: String,
+    client: async_nats::Client,
+    /// The runtime it was connected on, where its own tasks run.
+    runtime: tokio::runtime::Handle,
     log: log::Log,
     leases: lease::Leases,
 }
 
 impl Cluster {
-    /// Connects to NATS and opens (or makes) the log stream and the lease bucket.
+    /// Connects to NATS and opens (or makes) the log stream and the lease bucket. The
+    /// connection's own task, and those of [`Cluster::spawn`], run on the runtime this
+    /// is called on: a hub gives the cluster a runtime of its own, so that no long merge
+    /// of the hub's delays the renewal of a lease.
     pub async fn connect(config: &ClusterConfig) -> Result<Cluster, ClusterError> {
         let hub = &config.hub;
         if hub.is_empty()
@@ -104,15 +114,26 @@ impl Cluster {
                 url: config.url.clone(),
                 reason: e.to_string(),
             })?;
-        let mut js = async_nats::jetstream::new(client);
+        let mut js = async_nats::jetstream::new(client.clone());
         js.set_timeout(NATS_REQUEST_TIMEOUT);
         let log = log::Log::open(js.clone(), config.replicas).await?;
         let leases = lease::Leases::open(&js, hub, config.lease_ttl, config.replicas).await?;
         Ok(Cluster {
             hub: hub.clone(),
+            client,
+            runtime: tokio::runtime::Handle::current(),
             log,
             leases,
         })
+    }
+
+    /// Runs `task` on the runtime the cluster was connected on.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.runtime.spawn(task)
     }
 
     /// This hub's id.
@@ -134,6 +155,22 @@ impl Cluster {
     /// The sequence of the last message of `doc`'s log (0: none).
     pub async fn last_seq(&self, doc: DocId) -> Result<u64, ClusterError> {
         self.log.last_seq(doc).await
+    }
+
+    /// Sends a call (`body`) to hub `to` and waits up to `wait` (at most
+    /// [`limits::FORWARD_WAIT_MAX`]) for its answer.
+    pub async fn forward(
+        &self,
+        to: &str,
+        body: &[u8],
+        wait: Duration,
+    ) -> Result<Vec<u8>, ClusterError> {
+        forward::forward(&self.client, to, body, wait).await
+    }
+
+    /// The calls other hubs forward to this one.
+    pub async fn forwarded(&self) -> Result<Forwarded, ClusterError> {
+        Forwarded::subscribe(self.client.clone(), &self.hub).await
     }
 
     /// The hub that holds list `doc` now and its lease's revision, if any.
@@ -178,6 +215,13 @@ pub enum ClusterError {
         /// The holder.
         by: String,
     },
+    /// The list's lease was held a moment ago and is free now: its holder just gave it
+    /// back or let it end.
+    #[error("list {doc} is changing hands between hubs: retry")]
+    LeaseChanging {
+        /// The list.
+        doc: DocId,
+    },
     /// This hub's term as the list's authority ended: another hub took it.
     #[error("this hub lost list {doc} to another hub: stop acting for it, take it again")]
     LeaseLost {
@@ -212,13 +256,43 @@ pub enum ClusterError {
         /// The limit.
         max: usize,
     },
+    /// No hub listens on the subject of the hub a call was forwarded to: it stopped.
+    #[error(
+        "hub {hub} does not answer on NATS: it stopped, and the lists it held move to \
+         another hub when their leases end; retry"
+    )]
+    NoResponder {
+        /// The hub.
+        hub: String,
+    },
+    /// The hub a call was forwarded to did not answer in time: the call may or may not
+    /// have taken effect there.
+    #[error(
+        "hub {hub} did not answer a forwarded call within {wait:?}: it may be paused or \
+         overloaded; the call may have taken effect there, read the list before retrying"
+    )]
+    ForwardTimeout {
+        /// The hub.
+        hub: String,
+        /// How long it was waited for.
+        wait: Duration,
+    },
+    /// What came back from the hub a call was forwarded to is not a whole answer.
+    #[error("hub {hub} answered a forwarded call with a broken message: {why}")]
+    BadForward {
+        /// The hub.
+        hub: String,
+        /// What is wrong.
+        why: String,
+    },
     /// The hub's own store failed or refused what the log holds.
     #[error("the hub's store: {0}")]
     Store(#[from] swarmtodo_store::StoreError),
     /// The hub's own store holds more of a list than the cluster's log: it was written
     /// outside the cluster.
     #[error(
-        "the hub's store holds {stored} events of list {doc}, the cluster's log {logged}:          the store was written outside the cluster; give the hub a fresh data file"
+        "the hub's store holds {stored} events of list {doc}, the cluster's log {logged}: \
+         the store was written outside the cluster; give the hub a fresh data file"
     )]
     StoreAhead {
         /// The list.
@@ -247,10 +321,14 @@ impl ClusterError {
             ClusterError::JetStream(_) => "cluster_jetstream",
             ClusterError::LeaseTtlMismatch { .. } => "cluster_lease_ttl_mismatch",
             ClusterError::LeaseHeld { .. } => "cluster_lease_held",
+            ClusterError::LeaseChanging { .. } => "cluster_lease_changing",
             ClusterError::LeaseLost { .. } => "cluster_lease_lost",
             ClusterError::LeaseExpired { .. } => "cluster_lease_expired",
             ClusterError::Fenced { .. } => "cluster_fenced",
             ClusterError::TooLarge { .. } => "cluster_too_large",
+            ClusterError::NoResponder { .. } => "cluster_no_responder",
+            ClusterError::ForwardTimeout { .. } => "cluster_forward_timeout",
+            ClusterError::BadForward { .. } => "cluster_bad_forward",
             ClusterError::Store(_) => "cluster_store",
             ClusterError::StoreAhead { .. } => "cluster_store_ahead",
             ClusterError::CorruptRecord { .. } => "cluster_corrupt_record",

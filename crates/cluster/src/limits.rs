@@ -53,3 +53,23 @@ const _: () = assert!(READ_BATCH_BYTES > LOG_PART_BYTES_MAX + 64 * 1024);
 const _: () = assert!(LEASE_TTL_MIN.as_millis() > 2 * LEASE_MARGIN.as_millis());
 const _: () = assert!(LEASE_TTL_DEFAULT.as_millis() >= LEASE_TTL_MIN.as_millis());
 const _: () = assert!(LOG_PART_BYTES_MAX < 1024 * 1024);
+
+/// Largest payload of one part of a forwarded call or of its answer, in bytes (as a log
+/// part: under NATS's default `max_payload`).
+pub const FORWARD_PART_BYTES_MAX: usize = LOG_PART_BYTES_MAX;
+
+/// Largest forwarded call or answer, in bytes: a write of a full list, or a read of one,
+/// with room to spare. A larger one is refused with `cluster_too_large`.
+pub const FORWARD_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Most parts of one forwarded call or answer.
+pub const FORWARD_PARTS_MAX: usize = FORWARD_BYTES_MAX.div_ceil(FORWARD_PART_BYTES_MAX);
+
+/// Most forwarded calls a hub holds half received (their first parts come, the others
+/// not yet); one more is dropped, and its sender times out.
+pub const FORWARDS_PARTIAL_MAX: usize = 64;
+
+/// Longest a hub waits for the answer to a call it forwarded (a `wait` call waits up to
+/// a minute at the authority); past it the call is answered `list_elsewhere`, and its
+/// outcome is unknown.
+pub const FORWARD_WAIT_MAX: Duration = Duration::from_secs(75);

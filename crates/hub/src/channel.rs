@@ -43,7 +43,7 @@ pub(crate) enum ToHub {
     Loaded(DocumentId, Box<Result<Option<StoredList>, StoreError>>),
     /// In a cluster: a list the core asked for that this hub cannot act for (another
     /// hub holds it, or NATS failed), and why.
-    Unavailable(DocumentId, String),
+    Unavailable(DocumentId, crate::cluster::Unavailable),
     /// In a cluster: a list this hub held and no longer holds (its lease could not be
     /// renewed), and why.
     Lost(DocumentId, String),
@@ -60,6 +60,8 @@ pub(crate) enum ToHub {
         call: Call,
         /// Where the answer goes.
         reply: oneshot::Sender<Result<Answer, ApiError>>,
+        /// Forwarded by another hub of the cluster (which is not forwarded again).
+        forwarded: bool,
     },
     /// A reader follows list `list`'s events from now on.
     Subscribe {

@@ -18,6 +18,34 @@ use swarmtodo_store::{Batch, Store};
 
 use crate::channel::ToHub;
 
+/// Why this hub cannot act for a list, and the hub that does, if one does.
+#[derive(Debug)]
+pub(crate) struct Unavailable {
+    /// What failed, to tell peers and callers.
+    pub(crate) why: String,
+    /// The list's authority (another hub holds its lease).
+    pub(crate) holder: Option<String>,
+}
+
+impl From<ClusterError> for Unavailable {
+    fn from(e: ClusterError) -> Unavailable {
+        let holder = match &e {
+            ClusterError::LeaseHeld { by, .. } => Some(by.clone()),
+            _ => None,
+        };
+        Unavailable {
+            why: e.to_string(),
+            holder,
+        }
+    }
+}
+
+impl From<String> for Unavailable {
+    fn from(why: String) -> Unavailable {
+        Unavailable { why, holder: None }
+    }
+}
+
 /// One term as a list's authority, used by one task at a time.
 type Term = Arc<tokio::sync::Mutex<Tenure>>;
 
@@ -40,6 +68,11 @@ impl ClusterSide {
         self.terms.lock().ok()?.get(doc).cloned()
     }
 
+    /// The cluster.
+    pub(crate) fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
     /// How many lists this hub holds.
     pub(crate) fn held_count(&self) -> usize {
         self.terms.lock().map(|t| t.len()).unwrap_or(0)
@@ -56,12 +89,16 @@ impl ClusterSide {
     /// Makes this hub list `doc`'s authority, its store up to date with the log: takes
     /// the list (unless it holds it already), then replays the log into the store. An
     /// `Err` says why it cannot act for the list (another hub holds it, NATS failed).
-    pub(crate) async fn take(&self, doc: DocumentId, store: &Store) -> Result<Replayed, String> {
+    pub(crate) async fn take(
+        &self,
+        doc: DocumentId,
+        store: &Store,
+    ) -> Result<Replayed, Unavailable> {
         if self.term(&doc).is_some() {
             return Ok(Replayed::default());
         }
         let id = doc_id(&doc);
-        let tenure = self.cluster.take(id).await.map_err(|e| e.to_string())?;
+        let tenure = self.cluster.take(id).await?;
         let (through, lease) = (tenure.last(), tenure.lease().revision);
         // Held from now on, and renewed with the others while the log is replayed.
         if let Ok(mut terms) = self.terms.lock() {
@@ -89,7 +126,7 @@ impl ClusterSide {
             }
             Err(e) => {
                 self.release(doc).await;
-                Err(e)
+                Err(e.into())
             }
         }
     }
@@ -108,7 +145,7 @@ impl ClusterSide {
         let term = match self.term(&doc) {
             Some(t) => t,
             None => {
-                let replayed = self.take(doc, store).await?;
+                let replayed = self.take(doc, store).await.map_err(|u| u.why)?;
                 if replayed != Replayed::default() {
                     return Err(format!(
                         "list {doc} exists in the cluster already: it is loaded as the log has it"
@@ -165,7 +202,8 @@ impl ClusterSide {
     pub(crate) fn renew_in_background(&self, to_hub: mpsc::WeakSender<ToHub>) {
         let side = self.clone();
         let every = self.cluster.lease_ttl() / 3;
-        tokio::spawn(async move {
+        // On the cluster's runtime: a long merge on the hub's cannot hold it up.
+        self.cluster.spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

@@ -170,7 +170,8 @@ pub(crate) async fn serve(stream: TcpStream, api: Api) {
     }
 }
 
-fn error(code: ErrorCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
+/// An error a caller gets: its code, the field it is about, what to do.
+pub(crate) fn error(code: ErrorCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
     ApiError {
         code,
         field: field.map(str::to_owned),
@@ -699,6 +700,7 @@ impl Api {
                 list,
                 call,
                 reply,
+                forwarded: false,
             })
             .await
             .map_err(|_| stopping())?;

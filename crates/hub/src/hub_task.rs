@@ -15,6 +15,7 @@ use swarmtodo_core::model::Rebuilt;
 
 use crate::channel::{Outbox, ToHub};
 use crate::cluster::ClusterSide;
+use crate::forward::{forward_in_background, Forward};
 use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPPED};
 use crate::metrics::{Kind, Metrics, Outcome};
 use crate::rebuild::Rebuilder;
@@ -24,7 +25,7 @@ use swarmtodo_core::hub::{
     Stored, StoredList,
 };
 use swarmtodo_proto::wire::DocumentId;
-use swarmtodo_proto::ApiError;
+use swarmtodo_proto::{ApiError, ErrorCode};
 use swarmtodo_store::drive::{self, Io};
 use swarmtodo_store::persist;
 use swarmtodo_store::{Store, StoreError};
@@ -66,10 +67,12 @@ pub(crate) async fn hub_task(
     let cluster = cluster.map(ClusterSide::new);
     if let Some(side) = &cluster {
         side.renew_in_background(loaded_to.clone());
+        crate::forward::serve_forwarded(side.cluster().clone(), loaded_to.clone());
     }
     let mut out = Relay {
         cluster,
         loading: BTreeSet::new(),
+        elsewhere: None,
         rebuilder,
         metrics: metrics.clone(),
         store,
@@ -144,11 +147,15 @@ pub(crate) async fn hub_task(
                 }
                 continue;
             }
-            ToHub::Unavailable(doc, why) => {
+            ToHub::Unavailable(doc, unavailable) => {
                 out.loading.remove(&doc);
-                tracing::info!(%doc, why, "list held elsewhere in the cluster");
-                let fx = core.unavailable(now_ms(), doc, &why);
-                perform(&mut core, &mut out, fx).await?;
+                tracing::info!(%doc, why = unavailable.why, holder = unavailable.holder, "list held elsewhere in the cluster");
+                let fx = core.unavailable(now_ms(), doc, &unavailable.why);
+                // The calls it answers `list_elsewhere` go to the holder instead.
+                out.elsewhere = unavailable.holder.map(|h| (doc, h));
+                let performed = perform(&mut core, &mut out, fx).await;
+                out.elsewhere = None;
+                performed?;
                 continue;
             }
             ToHub::Lost(doc, why) => {
@@ -177,7 +184,8 @@ pub(crate) async fn hub_task(
                 list,
                 call,
                 reply,
-            } => out.call(caller, list, call, reply),
+                forwarded,
+            } => out.call(caller, list, call, reply, forwarded),
             ToHub::Subscribe { list, reply } => {
                 let _ = reply.send(out.streams.subscribe(list));
                 continue;
@@ -212,7 +220,8 @@ pub(crate) async fn hub_task(
                             list,
                             call,
                             reply,
-                        }) => batch.push(out.call(caller, list, call, reply)),
+                            forwarded,
+                        }) => batch.push(out.call(caller, list, call, reply, forwarded)),
                         Ok(other) => {
                             stashed = Some(other);
                             break;
@@ -309,12 +318,15 @@ fn give_back_freed_memory() {
     }
 }
 
-/// An API call waiting for its answer: where it goes, what was asked, and when.
-type Asked = (
-    oneshot::Sender<Result<Answer, ApiError>>,
-    Kind,
-    std::time::Instant,
-);
+/// An API call waiting for its answer: where it goes, what was asked, and when; in a
+/// cluster, the call itself, to forward it to the list's authority if this hub is not
+/// (a call forwarded here already has none).
+struct Asked {
+    reply: oneshot::Sender<Result<Answer, ApiError>>,
+    kind: Kind,
+    at: std::time::Instant,
+    forwardable: Option<Forward>,
+}
 
 /// What the hub task performs the core's effects with (the driver's [`Io`]): the
 /// store, the lists it holds, and the connections' outboxes.
@@ -324,6 +336,9 @@ struct Relay {
     cluster: Option<ClusterSide>,
     /// Lists being loaded for the core (a cluster hub holds their leases already).
     loading: BTreeSet<DocumentId>,
+    /// While the core answers the calls of a list another hub holds: that hub, which
+    /// they are forwarded to.
+    elsewhere: Option<(DocumentId, String)>,
     known: BTreeSet<DocumentId>,
     outboxes: BTreeMap<ConnId, Outbox>,
     /// Where a list loaded for the core is sent ([`ToHub::Loaded`]).
@@ -367,6 +382,7 @@ impl Relay {
         list: String,
         call: Call,
         reply: oneshot::Sender<Result<Answer, ApiError>>,
+        forwarded: bool,
     ) -> Input {
         self.next_call += 1;
         let id = CallId(self.next_call);
@@ -376,8 +392,20 @@ impl Relay {
             Call::Write(_) | Call::Delegate { .. } | Call::RollUp { .. } => Kind::Write,
             Call::Claim(_) => Kind::Claim,
         };
-        self.calls
-            .insert(id, (reply, kind, std::time::Instant::now()));
+        let forwardable = (self.cluster.is_some() && !forwarded).then(|| Forward {
+            caller: caller.clone(),
+            list: list.clone(),
+            call: call.clone(),
+        });
+        self.calls.insert(
+            id,
+            Asked {
+                reply,
+                kind,
+                at: std::time::Instant::now(),
+                forwardable,
+            },
+        );
         Input::Call {
             id,
             caller,
@@ -475,8 +503,8 @@ impl Io for Relay {
             tokio::spawn(async move {
                 // In a cluster: the list's lease first, and the log in the store.
                 if let Some(side) = side {
-                    if let Err(why) = side.take(doc, &store).await {
-                        let _ = to_hub.send(ToHub::Unavailable(doc, why)).await;
+                    if let Err(unavailable) = side.take(doc, &store).await {
+                        let _ = to_hub.send(ToHub::Unavailable(doc, unavailable)).await;
                         return;
                     }
                 }
@@ -522,16 +550,33 @@ impl Io for Relay {
     }
 
     fn answer(&mut self, id: CallId, answer: Result<Answer, ApiError>) {
-        if let Some((reply, kind, asked)) = self.calls.remove(&id) {
-            let outcome = if answer.is_ok() {
-                Outcome::Ok
-            } else {
-                Outcome::Refused
-            };
-            self.metrics.call(kind, outcome, asked.elapsed());
-            // The caller may have gone away: its write is durable all the same.
-            let _ = reply.send(answer);
+        let Some(asked) = self.calls.remove(&id) else {
+            return;
+        };
+        // Held by another hub: decided there.
+        if let (Err(e), Some(forward), Some((doc, holder)), Some(side)) =
+            (&answer, asked.forwardable, &self.elsewhere, &self.cluster)
+        {
+            if e.code == ErrorCode::ListElsewhere {
+                self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
+                forward_in_background(
+                    side.cluster().clone(),
+                    *doc,
+                    holder.clone(),
+                    forward,
+                    asked.reply,
+                );
+                return;
+            }
         }
+        let outcome = if answer.is_ok() {
+            Outcome::Ok
+        } else {
+            Outcome::Refused
+        };
+        self.metrics.call(asked.kind, outcome, asked.at.elapsed());
+        // The caller may have gone away: its write is durable all the same.
+        let _ = asked.reply.send(answer);
     }
 }
 

@@ -139,3 +139,9 @@ pub const REBUILDS_QUEUED_MAX: usize = 64;
 /// side-by-side bench, 5.47 MiB with one arena (5.94 with two); sustained writes at 100
 /// agents 2,172/s with the default, 2,137/s with one (the hub's work is on one task).
 pub const HEAP_ARENAS_MAX: usize = 1;
+
+/// How long a hub of a cluster waits for the answer to a call it forwarded to the list's
+/// authority, beyond the call's own waiting (a `wait`): a commit to the log, or taking
+/// and replaying a list first, with time to spare. Past it the caller is answered
+/// `list_elsewhere` (the call may have taken effect: read before retrying).
+pub const FORWARD_ANSWER_WAIT: Duration = Duration::from_secs(30);

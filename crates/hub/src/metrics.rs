@@ -84,6 +84,8 @@ pub(crate) struct Metrics {
     repairs: AtomicU64,
     leases_expired: AtomicU64,
     claims: AtomicU64,
+    /// API calls sent to another hub of the cluster, the list's authority.
+    pub(crate) forwarded: AtomicU64,
     /// Per [`Kind`] (read, create, write, claim) and [`Outcome`].
     calls: [[AtomicU64; 2]; 4],
     pub(crate) batch: Histogram,
@@ -140,7 +142,7 @@ impl Metrics {
     /// The Prometheus text of every figure.
     pub(crate) fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let scalars: [(&str, &str, &str, &AtomicU64); 8] = [
+        let scalars: [(&str, &str, &str, &AtomicU64); 9] = [
             (
                 "swarmtodo_connections",
                 "gauge",
@@ -182,6 +184,12 @@ impl Metrics {
                 "counter",
                 "Tasks the hub gave to claimers.",
                 &self.claims,
+            ),
+            (
+                "swarmtodo_calls_forwarded_total",
+                "counter",
+                "API calls sent to the hub of the cluster that holds their list.",
+                &self.forwarded,
             ),
             (
                 "swarmtodo_leases_expired_total",

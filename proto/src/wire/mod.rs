@@ -225,6 +225,20 @@ impl FromStr for DocumentId {
     }
 }
 
+/// As its base58check text (how hubs of a cluster name a list to one another).
+impl serde::Serialize for DocumentId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DocumentId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// What a peer tells about itself in `join` and `peer`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PeerMetadata {

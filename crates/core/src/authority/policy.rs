@@ -60,7 +60,8 @@ impl Default for Policy {
 }
 
 /// An agent's role on a list (docs/DESIGN.md §7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Reads and writes everything.
     Lead,

@@ -33,7 +33,7 @@ use crate::proto::{
 pub struct CallId(pub u64);
 
 /// Who makes a call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Caller {
     /// The agent the call acts as: its token's, or (a hub without tokens) the one it
     /// names.
@@ -45,7 +45,7 @@ pub struct Caller {
 }
 
 /// What a call asks of a list.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Call {
     /// Create the list (the same document a Rust client creates for the name); a list
     /// that exists is only read.
@@ -53,7 +53,7 @@ pub enum Call {
     /// The list now, or as it was at a version.
     Read(Option<Version>),
     /// `todo_write`.
-    Write(WriteRequest),
+    Write(#[serde(with = "crate::proto::write_request_as_json")] WriteRequest),
     /// Give the caller the task named, or the first ready one.
     Claim(Option<String>),
     /// Answer once every agent syncing the list holds this version, or after this many
@@ -81,7 +81,7 @@ pub enum Call {
 }
 
 /// What a call got.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Answer {
     /// The list (create, read).
     Snapshot(Snapshot),

@@ -73,7 +73,7 @@ pub struct Close {
 }
 
 /// Who a connection is, from the token it presented (docs/DESIGN.md §7).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Identity {
     /// The agent id the token stands for.
     pub agent: String,

@@ -1,0 +1,235 @@
+//! Calls forwarded from one hub to another over NATS (docs/DESIGN.md §10): a hub that
+//! is not a list's authority sends the call to the hub that is, on that hub's subject
+//! (`swarmtodo.call.<hub>`), and waits for its answer on an inbox of its own. Both go
+//! in parts of at most [`FORWARD_PART_BYTES_MAX`] (a stock server takes 1 MiB a
+//! message; a read of a full list is larger), each part numbered `i/n`, up to
+//! [`FORWARD_BYTES_MAX`]. What a call and its answer say is the hub's business: here
+//! they are bytes.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use async_nats::{Client, HeaderMap, Message, StatusCode, Subject, Subscriber};
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use crate::limits::{
+    FORWARDS_PARTIAL_MAX, FORWARD_BYTES_MAX, FORWARD_PARTS_MAX, FORWARD_PART_BYTES_MAX,
+    FORWARD_WAIT_MAX,
+};
+use crate::log::PART;
+use crate::ClusterError;
+
+/// The subjects hubs receive forwarded calls on: this, then the hub's id.
+pub const CALL_SUBJECT_PREFIX: &str = "swarmtodo.call.";
+
+/// The subject hub `hub` receives forwarded calls on.
+pub fn call_subject(hub: &str) -> String {
+    format!("{CALL_SUBJECT_PREFIX}{hub}")
+}
+
+/// Sends `body` to hub `to` and waits up to `wait` for its whole answer.
+pub(crate) async fn forward(
+    client: &Client,
+    to: &str,
+    body: &[u8],
+    wait: Duration,
+) -> Result<Vec<u8>, ClusterError> {
+    let inbox = client.new_inbox();
+    let mut answers = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| ClusterError::JetStream(e.to_string()))?;
+    publish_parts(client, call_subject(to), Some(inbox), body).await?;
+    let collect = async {
+        let mut whole = Whole::default();
+        while let Some(m) = answers.next().await {
+            if m.status == Some(StatusCode::NO_RESPONDERS) {
+                return Err(ClusterError::NoResponder { hub: to.to_owned() });
+            }
+            match whole.take(&m) {
+                Ok(Some(body)) => return Ok(body),
+                Ok(None) => {}
+                Err(why) => {
+                    return Err(ClusterError::BadForward {
+                        hub: to.to_owned(),
+                        why,
+                    })
+                }
+            }
+        }
+        Err(ClusterError::JetStream(
+            "the connection to NATS closed".to_owned(),
+        ))
+    };
+    let wait = wait.min(FORWARD_WAIT_MAX);
+    tokio::time::timeout(wait, collect)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ClusterError::ForwardTimeout {
+                hub: to.to_owned(),
+                wait,
+            })
+        })
+}
+
+/// Publishes `body` in numbered parts to `subject` (with `reply` as each one's reply
+/// subject), refusing it whole when it is larger than [`FORWARD_BYTES_MAX`].
+async fn publish_parts(
+    client: &Client,
+    subject: String,
+    reply: Option<String>,
+    body: &[u8],
+) -> Result<(), ClusterError> {
+    if body.len() > FORWARD_BYTES_MAX {
+        return Err(ClusterError::TooLarge {
+            what: "a forwarded call or answer",
+            bytes: body.len(),
+            max: FORWARD_BYTES_MAX,
+        });
+    }
+    let body = Bytes::copy_from_slice(body);
+    let n = body.len().div_ceil(FORWARD_PART_BYTES_MAX).max(1);
+    for i in 0..n {
+        let part = body
+            .slice(i * FORWARD_PART_BYTES_MAX..((i + 1) * FORWARD_PART_BYTES_MAX).min(body.len()));
+        let mut headers = HeaderMap::new();
+        headers.insert(PART, format!("{}/{n}", i + 1).as_str());
+        let sent = match &reply {
+            Some(r) => {
+                client
+                    .publish_with_reply_and_headers(subject.clone(), r.clone(), headers, part)
+                    .await
+            }
+            None => {
+                client
+                    .publish_with_headers(subject.clone(), headers, part)
+                    .await
+            }
+        };
+        sent.map_err(|e| ClusterError::JetStream(e.to_string()))?;
+    }
+    client
+        .flush()
+        .await
+        .map_err(|e| ClusterError::JetStream(e.to_string()))
+}
+
+/// One message made whole from its parts, which one sender sends in order.
+#[derive(Debug, Default)]
+struct Whole {
+    parts: usize,
+    body: Vec<u8>,
+}
+
+impl Whole {
+    /// Takes part `m`: the whole body once it was the last part, an error when it is
+    /// not the part expected next or the body grows past [`FORWARD_BYTES_MAX`].
+    fn take(&mut self, m: &Message) -> Result<Option<Vec<u8>>, String> {
+        let (i, n) = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(PART))
+            .and_then(|v| {
+                v.as_str()
+                    .split_once('/')
+                    .map(|(i, n)| (i.parse(), n.parse()))
+            })
+            .and_then(|(i, n)| Some((i.ok()?, n.ok()?)))
+            .filter(|&(i, n): &(usize, usize)| (1..=n).contains(&i) && n <= FORWARD_PARTS_MAX)
+            .ok_or_else(|| format!("a part without a valid {PART} header"))?;
+        if i != self.parts + 1 {
+            return Err(format!("part {i} of {n} came after part {}", self.parts));
+        }
+        if self.body.len() + m.payload.len() > FORWARD_BYTES_MAX {
+            return Err(format!("more than the {FORWARD_BYTES_MAX} bytes allowed"));
+        }
+        self.parts = i;
+        self.body.extend_from_slice(&m.payload);
+        Ok((i == n).then(|| std::mem::take(&mut self.body)))
+    }
+}
+
+/// The calls other hubs forward to this one, each made whole from its parts.
+#[derive(Debug)]
+pub struct Forwarded {
+    client: Client,
+    calls: Subscriber,
+    /// Calls whose first parts came, by the inbox their answer goes to.
+    partial: BTreeMap<Subject, (Whole, Instant)>,
+}
+
+/// One call forwarded by another hub: answer it with [`ForwardedCall::answer`].
+#[derive(Debug)]
+pub struct ForwardedCall {
+    /// What the other hub sent.
+    pub body: Vec<u8>,
+    client: Client,
+    answer_to: Subject,
+}
+
+impl Forwarded {
+    pub(crate) async fn subscribe(client: Client, hub: &str) -> Result<Forwarded, ClusterError> {
+        let calls = client
+            .subscribe(call_subject(hub))
+            .await
+            .map_err(|e| ClusterError::JetStream(e.to_string()))?;
+        // On its way to the server when this returns.
+        client
+            .flush()
+            .await
+            .map_err(|e| ClusterError::JetStream(e.to_string()))?;
+        Ok(Forwarded {
+            client,
+            calls,
+            partial: BTreeMap::new(),
+        })
+    }
+
+    /// The next whole call; `None` once the connection to NATS is gone for good. A
+    /// part that does not fit (no answer inbox, out of order, too large, too many calls
+    /// half sent) drops its call, whose sender times out.
+    pub async fn next(&mut self) -> Option<ForwardedCall> {
+        while let Some(m) = self.calls.next().await {
+            let Some(answer_to) = m.reply.clone() else {
+                tracing::warn!("a forwarded call without an inbox for its answer: dropped");
+                continue;
+            };
+            // Calls whose sender gave up on them long ago are dropped.
+            self.partial
+                .retain(|_, (_, started)| started.elapsed() < FORWARD_WAIT_MAX);
+            if !self.partial.contains_key(&answer_to) && self.partial.len() >= FORWARDS_PARTIAL_MAX
+            {
+                tracing::warn!("too many forwarded calls half sent: one more dropped");
+                continue;
+            }
+            let (whole, _) = self
+                .partial
+                .entry(answer_to.clone())
+                .or_insert_with(|| (Whole::default(), Instant::now()));
+            match whole.take(&m) {
+                Ok(Some(body)) => {
+                    self.partial.remove(&answer_to);
+                    return Some(ForwardedCall {
+                        body,
+                        client: self.client.clone(),
+                        answer_to,
+                    });
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    tracing::warn!(why, "a forwarded call dropped");
+                    self.partial.remove(&answer_to);
+                }
+            }
+        }
+        None
+    }
+}
+
+impl ForwardedCall {
+    /// Sends the answer back to the hub that forwarded the call.
+    pub async fn answer(&self, body: &[u8]) -> Result<(), ClusterError> {
+        publish_parts(&self.client, self.answer_to.to_string(), None, body).await
+    }
+}
