@@ -350,7 +350,12 @@ fn serve(
     hub_config.roles = config.roles();
     hub_config.list_creations = config.list_creations();
     let cluster = config.cluster.resolve(nats, hub_id);
-    hub_config.every_list_stored = cluster.is_some();
+    if cluster.is_some() {
+        hub_config.every_list_stored = true;
+        hub_config.peer_id =
+            swarmtodo::proto::wire::PeerId::new(swarmtodo::cluster::CLUSTER_PEER_ID)
+                .context("the cluster's peer id")?;
+    }
     swarmtodo::memory::limit_heap_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -10,7 +10,8 @@ use swarmtodo::client::{list_document_id, Connection};
 use swarmtodo::model::TodoList;
 use swarmtodo::proto::{EventBody, Rule, Status, TaskPatch};
 
-fn in_progress_for(list: &TodoList, owner: &str) -> usize {
+/// How many tasks `owner` has in progress in `list`.
+pub(crate) fn in_progress_for(list: &TodoList, owner: &str) -> usize {
     list.read()
         .tasks
         .iter()

@@ -1,10 +1,15 @@
-//! Calls forwarded from one hub to another over NATS (docs/DESIGN.md §10): a hub that
-//! is not a list's authority sends the call to the hub that is, on that hub's subject
-//! (`swarmtodo.call.<hub>`), and waits for its answer on an inbox of its own. Both go
-//! in parts of at most [`FORWARD_PART_BYTES_MAX`] (a stock server takes 1 MiB a
-//! message; a read of a full list is larger), each part numbered `i/n`, up to
-//! [`FORWARD_BYTES_MAX`]. What a call and its answer say is the hub's business: here
-//! they are bytes.
+//! What hubs send one another over NATS (docs/DESIGN.md §10), beside the log:
+//!
+//! - calls: a hub that is not a list's authority sends the call to the hub that is, on
+//!   that hub's subject (`swarmtodo.call.<hub>`), and waits for its answer on an inbox
+//!   of its own;
+//! - sessions: a sync peer of a list held by another hub is carried there, its frames
+//!   and the authority's answers each way on the receiving hub's subject
+//!   (`swarmtodo.session.<hub>`), named by the session they belong to.
+//!
+//! Every message goes in parts of at most [`FORWARD_PART_BYTES_MAX`] (a stock server
+//! takes 1 MiB a message; a read of a full list is larger), each numbered `i/n`, up to
+//! [`FORWARD_BYTES_MAX`]. What they say is the hub's business: here they are bytes.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -23,6 +28,15 @@ use crate::ClusterError;
 /// The subjects hubs receive forwarded calls on: this, then the hub's id.
 pub const CALL_SUBJECT_PREFIX: &str = "swarmtodo.call.";
 
+/// The subjects hubs receive their sessions' messages on: this, then the hub's id.
+pub const SESSION_SUBJECT_PREFIX: &str = "swarmtodo.session.";
+
+/// The header naming the session a message belongs to.
+pub const SESSION: &str = "Swarmtodo-Session";
+
+/// The header saying what a session's message is (the hub's words: open, frame, close).
+pub const OP: &str = "Swarmtodo-Op";
+
 /// The subject hub `hub` receives forwarded calls on.
 pub fn call_subject(hub: &str) -> String {
     format!("{CALL_SUBJECT_PREFIX}{hub}")
@@ -40,7 +54,7 @@ pub(crate) async fn forward(
         .subscribe(inbox.clone())
         .await
         .map_err(|e| ClusterError::JetStream(e.to_string()))?;
-    publish_parts(client, call_subject(to), Some(inbox), body).await?;
+    publish_parts(client, call_subject(to), Some(inbox), &[], body).await?;
     let collect = async {
         let mut whole = Whole::default();
         while let Some(m) = answers.next().await {
@@ -74,11 +88,13 @@ pub(crate) async fn forward(
 }
 
 /// Publishes `body` in numbered parts to `subject` (with `reply` as each one's reply
-/// subject), refusing it whole when it is larger than [`FORWARD_BYTES_MAX`].
+/// subject, and the `extra` headers), refusing it whole when it is larger than
+/// [`FORWARD_BYTES_MAX`].
 async fn publish_parts(
     client: &Client,
     subject: String,
     reply: Option<String>,
+    extra: &[(&str, &str)],
     body: &[u8],
 ) -> Result<(), ClusterError> {
     if body.len() > FORWARD_BYTES_MAX {
@@ -95,6 +111,9 @@ async fn publish_parts(
             .slice(i * FORWARD_PART_BYTES_MAX..((i + 1) * FORWARD_PART_BYTES_MAX).min(body.len()));
         let mut headers = HeaderMap::new();
         headers.insert(PART, format!("{}/{n}", i + 1).as_str());
+        for (name, value) in extra {
+            headers.insert(*name, *value);
+        }
         let sent = match &reply {
             Some(r) => {
                 client
@@ -230,6 +249,100 @@ impl Forwarded {
 impl ForwardedCall {
     /// Sends the answer back to the hub that forwarded the call.
     pub async fn answer(&self, body: &[u8]) -> Result<(), ClusterError> {
-        publish_parts(&self.client, self.answer_to.to_string(), None, body).await
+        publish_parts(&self.client, self.answer_to.to_string(), None, &[], body).await
+    }
+}
+
+/// Sends `body` to hub `to` as a message `op` of session `session`.
+pub(crate) async fn session_send(
+    client: &Client,
+    to: &str,
+    session: &str,
+    op: &str,
+    body: &[u8],
+) -> Result<(), ClusterError> {
+    let subject = format!("{SESSION_SUBJECT_PREFIX}{to}");
+    publish_parts(client, subject, None, &[(SESSION, session), (OP, op)], body).await
+}
+
+/// The messages of the sessions other hubs hold with this one, each made whole.
+#[derive(Debug)]
+pub struct SessionMessages {
+    messages: Subscriber,
+    /// Messages whose first parts came, by session.
+    partial: BTreeMap<String, (Whole, Instant)>,
+}
+
+/// One message of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionMessage {
+    /// The session it belongs to.
+    pub session: String,
+    /// What it is.
+    pub op: String,
+    /// What it carries.
+    pub body: Vec<u8>,
+}
+
+impl SessionMessages {
+    pub(crate) async fn subscribe(
+        client: &Client,
+        hub: &str,
+    ) -> Result<SessionMessages, ClusterError> {
+        let messages = client
+            .subscribe(format!("{SESSION_SUBJECT_PREFIX}{hub}"))
+            .await
+            .map_err(|e| ClusterError::JetStream(e.to_string()))?;
+        client
+            .flush()
+            .await
+            .map_err(|e| ClusterError::JetStream(e.to_string()))?;
+        Ok(SessionMessages {
+            messages,
+            partial: BTreeMap::new(),
+        })
+    }
+
+    /// The next whole message; `None` once the connection to NATS is gone for good. A
+    /// part that does not fit (no session, out of order, too large, too many messages
+    /// half sent) drops its message.
+    pub async fn next(&mut self) -> Option<SessionMessage> {
+        while let Some(m) = self.messages.next().await {
+            let header = |name: &str| {
+                m.headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str().to_owned())
+            };
+            let (Some(session), Some(op)) = (header(SESSION), header(OP)) else {
+                tracing::warn!("a session message without its session or op: dropped");
+                continue;
+            };
+            self.partial
+                .retain(|_, (_, started)| started.elapsed() < FORWARD_WAIT_MAX);
+            if !self.partial.contains_key(&session) && self.partial.len() >= FORWARDS_PARTIAL_MAX {
+                tracing::warn!(
+                    session,
+                    "too many session messages half sent: one more dropped"
+                );
+                continue;
+            }
+            let (whole, _) = self
+                .partial
+                .entry(session.clone())
+                .or_insert_with(|| (Whole::default(), Instant::now()));
+            match whole.take(&m) {
+                Ok(Some(body)) => {
+                    self.partial.remove(&session);
+                    return Some(SessionMessage { session, op, body });
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    tracing::warn!(session, why, "a session message dropped");
+                    self.partial.remove(&session);
+                }
+            }
+        }
+        None
     }
 }

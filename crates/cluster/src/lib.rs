@@ -28,7 +28,10 @@ use std::time::Duration;
 
 use swarmtodo_store::DocId;
 
-pub use self::forward::{call_subject, Forwarded, ForwardedCall, CALL_SUBJECT_PREFIX};
+pub use self::forward::{
+    call_subject, Forwarded, ForwardedCall, SessionMessage, SessionMessages, CALL_SUBJECT_PREFIX,
+    OP, SESSION, SESSION_SUBJECT_PREFIX,
+};
 pub use self::lease::{Lease, LEASE_BUCKET};
 pub use self::log::{subject, Entry, Logged, Read, LOG_STREAM, LOG_SUBJECT_PREFIX};
 /// The headers of a log record (docs/DESIGN.md §10).
@@ -38,6 +41,11 @@ pub mod headers {
 use self::limits::{HUB_ID_BYTES_MAX, LEASE_TTL_DEFAULT, LEASE_TTL_MIN, NATS_REQUEST_TIMEOUT};
 pub use self::replay::{replay_into, Replayed};
 pub use self::tenure::Tenure;
+
+/// The automerge-repo peer id every hub of a cluster answers `join` with and sends as:
+/// a sync peer carried to another hub (docs/DESIGN.md §10) hears the hub it joined and
+/// the one that holds its list as one peer.
+pub const CLUSTER_PEER_ID: &str = "swarmtodo-cluster";
 
 /// How a hub joins a cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +179,23 @@ impl Cluster {
     /// The calls other hubs forward to this one.
     pub async fn forwarded(&self) -> Result<Forwarded, ClusterError> {
         Forwarded::subscribe(self.client.clone(), &self.hub).await
+    }
+
+    /// Sends `body` to hub `to` as a message `op` of session `session` (a sync peer of
+    /// a list `to` holds, carried by this hub; or that peer's answers, carried back).
+    pub async fn session_send(
+        &self,
+        to: &str,
+        session: &str,
+        op: &str,
+        body: &[u8],
+    ) -> Result<(), ClusterError> {
+        forward::session_send(&self.client, to, session, op, body).await
+    }
+
+    /// The messages of the sessions other hubs hold with this one.
+    pub async fn sessions(&self) -> Result<SessionMessages, ClusterError> {
+        SessionMessages::subscribe(&self.client, &self.hub).await
     }
 
     /// The hub that holds list `doc` now and its lease's revision, if any.

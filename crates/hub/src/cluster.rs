@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use swarmtodo_cluster::{replay_into, Cluster, ClusterError, Replayed, Tenure};
+use swarmtodo_core::hub::Stored;
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_store::persist::doc_id;
 use swarmtodo_store::{Batch, Store};
@@ -134,33 +135,39 @@ impl ClusterSide {
     /// Appends one commit of list `doc` to its log. A list the hub made without loading
     /// it (a delegated task's new list) is taken first; if the log held it already the
     /// commit is refused (the list is loaded again, as the log has it). An `Err` says
-    /// why the log did not take the commit: the list is dropped from memory by the
-    /// caller's refusal.
+    /// why the log did not take the commit — [`Stored::Refused`] for a record over the
+    /// log's limit, [`Stored::Elsewhere`] when this hub cannot act for the list — and
+    /// the list is dropped from memory by the caller's refusal.
     pub(crate) async fn append(
         &self,
         doc: DocumentId,
         batch: &Batch,
         store: &Store,
-    ) -> Result<(), String> {
+    ) -> Result<(), Stored> {
         let term = match self.term(&doc) {
             Some(t) => t,
             None => {
-                let replayed = self.take(doc, store).await.map_err(|u| u.why)?;
+                let replayed = self
+                    .take(doc, store)
+                    .await
+                    .map_err(|u| Stored::Elsewhere(u.why))?;
                 if replayed != Replayed::default() {
-                    return Err(format!(
+                    return Err(Stored::Elsewhere(format!(
                         "list {doc} exists in the cluster already: it is loaded as the log has it"
-                    ));
+                    )));
                 }
-                self.term(&doc)
-                    .ok_or_else(|| format!("this hub does not hold list {doc} in the cluster"))?
+                self.term(&doc).ok_or_else(|| {
+                    Stored::Elsewhere(format!("this hub does not hold list {doc} in the cluster"))
+                })?
             }
         };
         let mut tenure = term.lock().await;
         match self.cluster.append(&mut tenure, batch).await {
             Ok(_) => Ok(()),
+            Err(e @ ClusterError::TooLarge { .. }) => Err(Stored::Refused(lost_why(&e))),
             Err(e) => {
                 self.forget_term(&doc, &term);
-                Err(e.to_string())
+                Err(Stored::Elsewhere(lost_why(&e)))
             }
         }
     }
@@ -230,6 +237,24 @@ impl ClusterSide {
                 }
             }
         });
+    }
+}
+
+/// Resolves once hub `holder` no longer holds list `doc` (a hub paused or cut from NATS
+/// may keep its subscriptions a while, not its lease): looked at every third of a lease.
+pub(crate) async fn until_moved(cluster: &Cluster, doc: DocumentId, holder: &str) {
+    let every = cluster.lease_ttl() / 3;
+    loop {
+        tokio::time::sleep(every).await;
+        match cluster.holder(doc_id(&doc)).await {
+            Ok(Some((by, _))) if by == holder => {}
+            Ok(now) => {
+                tracing::debug!(%doc, holder, ?now, "the list's hub no longer holds it");
+                return;
+            }
+            // NATS failing: whatever waits has a bound of its own.
+            Err(_) => {}
+        }
     }
 }
 

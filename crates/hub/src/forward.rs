@@ -19,10 +19,9 @@ use swarmtodo_cluster::{Cluster, ClusterError, ForwardedCall};
 use swarmtodo_core::hub::{Answer, Call, Caller};
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{ApiError, ErrorCode};
-use swarmtodo_store::persist::doc_id;
-use swarmtodo_store::DocId;
 
 use crate::channel::ToHub;
+use crate::cluster::until_moved;
 use crate::http::error;
 use crate::limits::FORWARD_ANSWER_WAIT;
 
@@ -71,7 +70,7 @@ pub(crate) fn forward_in_background(
                             Err(elsewhere(&list, &holder, &e.to_string(), e.code()))
                         })
                     }),
-                () = until_not_held(&cluster, doc_id(&doc), &holder) => Err(elsewhere(
+                () = until_moved(&cluster, doc, &holder) => Err(elsewhere(
                     &list,
                     &holder,
                     "its lease ended before it answered (the call may have taken effect: read \
@@ -89,24 +88,6 @@ pub(crate) fn forward_in_background(
         // The caller may have gone away.
         let _ = reply.send(answer);
     });
-}
-
-/// Resolves once hub `holder` no longer holds list `doc` (a hub paused or cut from NATS
-/// keeps its subscription a while, but not its lease): looked at every third of a lease.
-async fn until_not_held(cluster: &Cluster, doc: DocId, holder: &str) {
-    let every = cluster.lease_ttl() / 3;
-    loop {
-        tokio::time::sleep(every).await;
-        match cluster.holder(doc).await {
-            Ok(Some((by, _))) if by == holder => {}
-            Ok(other) => {
-                tracing::debug!(%doc, holder, now = ?other, "the hub a call was forwarded to no longer holds the list");
-                return;
-            }
-            // NATS failing: the forward's own wait bounds it.
-            Err(_) => {}
-        }
-    }
 }
 
 /// `list_elsewhere`: the call forwarded to `holder` got no answer, and why.

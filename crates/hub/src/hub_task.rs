@@ -19,6 +19,7 @@ use crate::forward::{forward_in_background, Forward};
 use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPPED};
 use crate::metrics::{Kind, Metrics, Outcome};
 use crate::rebuild::Rebuilder;
+use crate::sessions::{FromPeer, Sessions};
 use crate::stream::Streams;
 use swarmtodo_core::hub::{
     Answer, Call, CallId, Caller, Close, Commit, Compaction, ConnId, Effects, HubCore, Input,
@@ -65,14 +66,18 @@ pub(crate) async fn hub_task(
         .map_err(|e| tracing::warn!(error = %e, "no rebuilding thread: lists keep their documents"))
         .ok();
     let cluster = cluster.map(ClusterSide::new);
+    let mut sessions = None;
     if let Some(side) = &cluster {
         side.renew_in_background(loaded_to.clone());
         crate::forward::serve_forwarded(side.cluster().clone(), loaded_to.clone());
+        sessions = Some(Sessions::serve(side.cluster().clone(), loaded_to.clone()));
     }
     let mut out = Relay {
         cluster,
         loading: BTreeSet::new(),
         elsewhere: None,
+        sessions,
+        carried: BTreeMap::new(),
         rebuilder,
         metrics: metrics.clone(),
         store,
@@ -140,17 +145,37 @@ pub(crate) async fn hub_task(
                     None => continue,
                 }
             }
-            ToHub::Input(i) => i,
+            ToHub::Input(i) => match out.divert(i) {
+                Some(i) => i,
+                None => continue,
+            },
             ToHub::Kick(id, close) => {
                 if let Some(outbox) = out.outboxes.remove(&id) {
                     outbox.close(close);
+                } else if let Some(carried) = out.carried.remove(&id) {
+                    let _ = carried.try_send(FromPeer::Kick(close));
                 }
                 continue;
             }
             ToHub::Unavailable(doc, unavailable) => {
                 out.loading.remove(&doc);
                 tracing::info!(%doc, why = unavailable.why, holder = unavailable.holder, "list held elsewhere in the cluster");
-                let fx = core.unavailable(now_ms(), doc, &unavailable.why);
+                let fx = match (&unavailable.holder, &out.sessions) {
+                    // Its peers are carried to the holder.
+                    (Some(holder), Some(sessions)) => {
+                        let (fx, handed) = core.hand_over(now_ms(), doc, &unavailable.why);
+                        for h in handed {
+                            if let Some(outbox) = out.outboxes.remove(&h.conn) {
+                                let conn = h.conn;
+                                let carried = sessions.carry(doc, holder.clone(), h, outbox);
+                                out.carried.insert(conn, carried);
+                                metrics.carried.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        fx
+                    }
+                    _ => core.unavailable(now_ms(), doc, &unavailable.why),
+                };
                 // The calls it answers `list_elsewhere` go to the holder instead.
                 out.elsewhere = unavailable.holder.map(|h| (doc, h));
                 let performed = perform(&mut core, &mut out, fx).await;
@@ -214,7 +239,9 @@ pub(crate) async fn hub_task(
                 let mut batch = vec![input];
                 while batch.len() < BATCH_FRAMES_MAX {
                     match rx.try_recv() {
-                        Ok(ToHub::Input(frame @ Input::Frame(..))) => batch.push(frame),
+                        Ok(ToHub::Input(frame @ Input::Frame(..))) => {
+                            batch.extend(out.divert(frame));
+                        }
                         Ok(ToHub::Call {
                             caller,
                             list,
@@ -339,6 +366,11 @@ struct Relay {
     /// While the core answers the calls of a list another hub holds: that hub, which
     /// they are forwarded to.
     elsewhere: Option<(DocumentId, String)>,
+    /// In a cluster: the sync peers carried to and from other hubs.
+    sessions: Option<Sessions>,
+    /// The connections carried to another hub (no longer the core's): where what their
+    /// peers send goes.
+    carried: BTreeMap<ConnId, mpsc::Sender<FromPeer>>,
     known: BTreeSet<DocumentId>,
     outboxes: BTreeMap<ConnId, Outbox>,
     /// Where a list loaded for the core is sent ([`ToHub::Loaded`]).
@@ -357,6 +389,39 @@ struct Relay {
 }
 
 impl Relay {
+    /// The input itself, unless it comes from a connection carried to another hub:
+    /// then it goes to its session.
+    fn divert(&mut self, input: Input) -> Option<Input> {
+        let (Input::Frame(c, _) | Input::Disconnected(c)) = &input else {
+            return Some(input);
+        };
+        let c = *c;
+        let Some(carried) = self.carried.get(&c) else {
+            return Some(input);
+        };
+        let sent = match input {
+            Input::Frame(_, bytes) => carried.try_send(FromPeer::Frame(bytes)),
+            _ => {
+                let _ = carried.try_send(FromPeer::Gone);
+                self.carried.remove(&c);
+                return None;
+            }
+        };
+        if sent.is_err() {
+            // Its session is behind (or over): the peer goes.
+            if let Some(carried) = self.carried.remove(&c) {
+                let _ = carried.try_send(FromPeer::Kick(Close {
+                    code: 1013,
+                    reason: "list_elsewhere".to_owned(),
+                    message: Some(
+                        "the hub holding the list is behind: reconnect in a moment".to_owned(),
+                    ),
+                }));
+            }
+        }
+        None
+    }
+
     /// In a cluster: gives back the leases of the lists that left memory (and are not
     /// being loaded), so that another hub may take them at once.
     fn give_back_unloaded(&mut self, core: &HubCore) {
@@ -449,11 +514,12 @@ impl Io for Relay {
                 .into_iter();
                 refused
                     .into_iter()
-                    .map(|r| match r {
-                        Some(why) => Stored::Refused(why),
-                        None => durable.next().unwrap_or_else(|| {
-                            Stored::Refused("no answer from the store".to_owned())
-                        }),
+                    .map(|r| {
+                        r.unwrap_or_else(|| {
+                            durable.next().unwrap_or_else(|| {
+                                Stored::Refused("no answer from the store".to_owned())
+                            })
+                        })
                     })
                     .collect()
             }
@@ -582,13 +648,13 @@ impl Io for Relay {
 
 /// In a cluster: appends each commit that carries something for the log (changes,
 /// events, keys; not a row of the index of lists alone) to its list's log, in order.
-/// Per commit: `None` when appended or nothing to append, `Some(why)` when refused.
+/// Per commit: `None` when appended or nothing to append, else how it was refused.
 async fn append_to_logs(
     side: &ClusterSide,
     store: &Store,
     commits: &[Commit],
     at_ms: i64,
-) -> Vec<Option<String>> {
+) -> Vec<Option<Stored>> {
     let mut out = Vec::with_capacity(commits.len());
     for c in commits {
         if c.changes.is_empty() && c.events.is_empty() && c.reported.is_empty() {
@@ -597,10 +663,10 @@ async fn append_to_logs(
         }
         let appended = match persist::batch(c, at_ms) {
             Ok(batch) => side.append(c.doc, &batch, store).await,
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(Stored::Refused(e.to_string())),
         };
         if let Err(why) = &appended {
-            tracing::warn!(doc = %c.doc, why, "the cluster's log refused a commit");
+            tracing::warn!(doc = %c.doc, ?why, "the cluster's log refused a commit");
         }
         out.push(appended.err());
     }

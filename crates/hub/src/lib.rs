@@ -22,6 +22,7 @@ pub mod memory;
 mod metrics;
 mod rebuild;
 pub mod server;
+mod sessions;
 mod stream;
 
 use std::collections::BTreeSet;
@@ -92,7 +93,9 @@ impl Hub {
     /// Makes the hub one of a cluster (docs/DESIGN.md §10): it acts for a list only
     /// while it holds the list's lease, and commits to the list's log before its
     /// store. Its core must have been made with
-    /// [`HubConfig::every_list_stored`](swarmtodo_core::hub::HubConfig::every_list_stored).
+    /// [`HubConfig::every_list_stored`](swarmtodo_core::hub::HubConfig::every_list_stored)
+    /// and the peer id [`swarmtodo_cluster::CLUSTER_PEER_ID`]; `cluster` connected on
+    /// a runtime of its own ([`swarmtodo_cluster::Cluster::connect`]).
     pub fn with_cluster(mut self, cluster: swarmtodo_cluster::Cluster) -> Hub {
         self.cluster = Some(cluster);
         self

@@ -145,3 +145,8 @@ pub const HEAP_ARENAS_MAX: usize = 1;
 /// and replaying a list first, with time to spare. Past it the caller is answered
 /// `list_elsewhere` (the call may have taken effect: read before retrying).
 pub const FORWARD_ANSWER_WAIT: Duration = Duration::from_secs(30);
+
+/// How many leases' time a hub of a cluster waits for word from a hub whose sync peers
+/// it holds (sessions send `alive` every third of a lease) before it lets those peers
+/// go: the other hub was killed, or cut from NATS.
+pub const SESSION_SILENT_MAX: u32 = 3;

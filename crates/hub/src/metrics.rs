@@ -86,6 +86,8 @@ pub(crate) struct Metrics {
     claims: AtomicU64,
     /// API calls sent to another hub of the cluster, the list's authority.
     pub(crate) forwarded: AtomicU64,
+    /// Sync peers carried to another hub of the cluster, their list's authority.
+    pub(crate) carried: AtomicU64,
     /// Per [`Kind`] (read, create, write, claim) and [`Outcome`].
     calls: [[AtomicU64; 2]; 4],
     pub(crate) batch: Histogram,
@@ -142,7 +144,7 @@ impl Metrics {
     /// The Prometheus text of every figure.
     pub(crate) fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let scalars: [(&str, &str, &str, &AtomicU64); 9] = [
+        let scalars: [(&str, &str, &str, &AtomicU64); 10] = [
             (
                 "swarmtodo_connections",
                 "gauge",
@@ -190,6 +192,12 @@ impl Metrics {
                 "counter",
                 "API calls sent to the hub of the cluster that holds their list.",
                 &self.forwarded,
+            ),
+            (
+                "swarmtodo_sessions_carried_total",
+                "counter",
+                "Sync peers carried to the hub of the cluster that holds their list.",
+                &self.carried,
             ),
             (
                 "swarmtodo_leases_expired_total",

@@ -11,7 +11,7 @@ use crate::proto::{EventBody, TaskChange, EVENT_KINDS};
 /// The kinds of event a sync peer is pushed: those it asked for when it connected
 /// (`?events=` on its URL), else [`EventKinds::DEFAULT`]. The store and the HTTP event
 /// stream have them all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EventKinds(u32);
 
 impl EventKinds {

@@ -5,9 +5,30 @@ use automerge::Automerge;
 use super::events::change_count;
 use super::limits::{LIST_SUMMARY_INTERVAL_MS, REBUILD_CATCH_UP_MAX, SYNC_WINDOW_QUIET_MS};
 use super::merge::summary_of;
-use super::{Close, Commit, ConnId, DocState, Effects, HubCore, StoredList};
+use super::{
+    Close, Commit, ConnId, ConnState, DocState, Effects, EventKinds, HubCore, Identity, StoredList,
+};
 use crate::model::{Rebuilt, TodoList};
 use crate::proto::wire::DocumentId;
+use crate::proto::wire::PeerId;
+
+/// A connection handed over to the hub of the cluster that holds the list it asked
+/// for ([`HubCore::hand_over`]): who it is, and the frames that waited for the list.
+#[derive(Debug, Clone)]
+pub struct Handover {
+    /// The connection (no longer this core's).
+    pub conn: ConnId,
+    /// The automerge-repo peer it joined as.
+    pub peer: PeerId,
+    /// Its token's identity, if it presented one.
+    pub identity: Option<Identity>,
+    /// Where it comes from.
+    pub address: Option<std::net::IpAddr>,
+    /// The kinds of event it asked to be pushed.
+    pub events: EventKinds,
+    /// Its frames that waited for the list, in the order they came.
+    pub frames: Vec<Vec<u8>>,
+}
 
 impl HubCore {
     /// A list the runtime loaded for [`Effects::loads`] (`None`: the store has nothing
@@ -53,18 +74,56 @@ impl HubCore {
     /// `list_elsewhere` and the calls waiting for it answered `list_elsewhere`, each
     /// with `why`; nothing else changes.
     pub fn unavailable(&mut self, now_ms: i64, id: DocumentId, why: &str) -> Effects {
+        self.elsewhere(now_ms, id, why, false).0
+    }
+
+    /// List `id` is held by another hub of the cluster, which this hub's peers reach
+    /// through it (docs/DESIGN.md §10): each connection that asked for it and syncs
+    /// nothing here leaves this core, handed over to the runtime with the frames that
+    /// waited, to be carried to that hub; a connection that syncs another list here is
+    /// closed, and the calls answered, as by [`HubCore::unavailable`].
+    pub fn hand_over(
+        &mut self,
+        now_ms: i64,
+        id: DocumentId,
+        why: &str,
+    ) -> (Effects, Vec<Handover>) {
+        self.elsewhere(now_ms, id, why, true)
+    }
+
+    fn elsewhere(
+        &mut self,
+        now_ms: i64,
+        id: DocumentId,
+        why: &str,
+        hand: bool,
+    ) -> (Effects, Vec<Handover>) {
         let mut fx = Effects::default();
+        let mut handed: Vec<Handover> = Vec::new();
         self.clock_ms = now_ms;
         let message = format!("{why}: connect to that hub, or retry here later");
-        let mut asked: Vec<ConnId> = self
-            .waiting
-            .remove(&id)
-            .map(|w| w.0.into_iter().map(|(c, _)| c).collect())
-            .unwrap_or_default();
-        asked.sort_unstable();
-        asked.dedup();
-        for c in asked {
-            self.fail(c, 1013, "list_elsewhere", message.clone(), &mut fx);
+        for (c, frame) in self.waiting.remove(&id).map(|w| w.0).unwrap_or_default() {
+            if let Some(h) = handed.iter_mut().find(|h| h.conn == c) {
+                h.frames.push(frame);
+                continue;
+            }
+            let Some(conn) = self.conns.get(&c) else {
+                continue;
+            };
+            match &conn.state {
+                ConnState::Ready(peer) if hand && conn.docs.is_empty() => {
+                    handed.push(Handover {
+                        conn: c,
+                        peer: peer.clone(),
+                        identity: conn.identity.clone(),
+                        address: conn.address,
+                        events: conn.events,
+                        frames: vec![frame],
+                    });
+                    self.conns.remove(&c);
+                }
+                _ => self.fail(c, 1013, "list_elsewhere", message.clone(), &mut fx),
+            }
         }
         for w in self.calls.remove(&id).unwrap_or_default() {
             fx.answers.push((
@@ -76,7 +135,7 @@ impl HubCore {
                 )),
             ));
         }
-        fx
+        (fx, handed)
     }
 
     /// This hub no longer holds list `id` (its lease in the cluster ended, `why`): the

@@ -44,6 +44,7 @@ pub use self::delegation::{rolled_status, Link};
 use self::events::event_frames;
 pub use self::events::{events_of, EventKinds};
 pub use self::limits::*;
+pub use self::lists::Handover;
 use crate::authority::{Authority, Policy, Roles};
 use crate::model::sync::SentIndex;
 use crate::model::TodoList;
@@ -62,7 +63,7 @@ pub use crate::proto::wire::PROTOCOL_VERSION;
 pub struct ConnId(pub u64);
 
 /// Why a connection is closed (a WebSocket close code and a stable reason).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Close {
     /// WebSocket close code: 1002 protocol error, 1008 policy, 1009 too big, 1011 internal.
     pub code: u16,
@@ -132,6 +133,10 @@ pub enum Stored {
     /// Refused for the list's own content (a record over a store limit): nothing of it
     /// is durable.
     Refused(String),
+    /// Refused because the list is no longer this hub's to write (in a cluster, another
+    /// hub holds it now): nothing of it is durable, and its calls are answered
+    /// `list_elsewhere`.
+    Elsewhere(String),
 }
 
 /// The `session_id` of the `ephemeral` messages that carry the hub's events (the data
@@ -623,18 +628,29 @@ impl HubCore {
                     }
                 }
                 refused => {
-                    let why = match refused {
-                        Some(Stored::Refused(why)) => why,
-                        _ => "the store gave no answer for it".to_owned(),
+                    let (code, why, message) = match refused {
+                        Some(Stored::Elsewhere(why)) => (
+                            crate::proto::ErrorCode::ListElsewhere,
+                            why.clone(),
+                            format!("this hub can no longer write the list ({why}); nothing of it is kept: try again"),
+                        ),
+                        other => {
+                            let why = match other {
+                                Some(Stored::Refused(why)) => why,
+                                _ => "the store gave no answer for it".to_owned(),
+                            };
+                            let message = format!("the store refused this change ({why}); nothing of it is kept: try again");
+                            (crate::proto::ErrorCode::Internal, why, message)
+                        }
                     };
                     fx.answers.extend(answers.into_iter().map(|(id, _)| {
                         (
                             id,
                             Err(crate::proto::ApiError {
-                                code: crate::proto::ErrorCode::Internal,
+                                code,
                                 field: None,
                                 allowed: Vec::new(),
-                                message: format!("the store refused this change ({why}); nothing of it is kept: try again"),
+                                message: message.clone(),
                                 current: None,
                             }),
                         )

@@ -1,0 +1,366 @@
+//! Sync peers across a cluster (docs/DESIGN.md §10): a peer that connects to a hub which
+//! is not its list's authority is carried to the hub that is. Its frames go there over
+//! NATS as they come, the authority's answers come back the same way, and the authority
+//! treats the peer as one of its own connections: it checks every frame against the
+//! peer's identity (as the carrying hub admitted it), merges, judges and repairs, and
+//! sends only what it repaired — so no peer, wherever it connects, receives a change
+//! the authority did not judge.
+//!
+//! A session is named `<carrying hub>/<its connection>`; its messages go to the other
+//! hub's session subject. The carrying hub sends `open` (who the peer is), `frame`,
+//! `alive` (every third of a lease) and `close` (the peer left); the authority sends
+//! `frame` and `close` (with why). The carrying hub closes the peer with 1012
+//! `list_moved` once the authority no longer holds the list; the authority lets a
+//! session go once its carrying hub has been silent for [`SESSION_SILENT_MAX`] leases.
+//!
+//! A connection is carried whole, and only while it syncs nothing on the carrying hub
+//! (`HubCore::hand_over`); frames it sends later for other lists go to the same hub.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use swarmtodo_cluster::{Cluster, SessionMessage};
+use swarmtodo_core::hub::{Close, ConnId, EventKinds, Handover, Identity, Input};
+use swarmtodo_proto::wire::{self, DocumentId, PeerId, WireMessage, PROTOCOL_VERSION};
+
+use crate::channel::{Outbox, ToHub};
+use crate::cluster::until_moved;
+use crate::limits::{OUTBOX_FRAMES_MAX, SESSION_SILENT_MAX};
+
+/// The first connection number of peers carried here from other hubs (the listener
+/// numbers its own from 1).
+const CARRIED_CONN_FIRST: u64 = 1 << 62;
+
+/// Who a carried peer is, sent with `open`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Opened {
+    peer: String,
+    identity: Option<Identity>,
+    address: Option<std::net::IpAddr>,
+    events: EventKinds,
+}
+
+/// What the hub task hands a carried connection's session: what its peer sent.
+#[derive(Debug)]
+pub(crate) enum FromPeer {
+    /// A frame.
+    Frame(Vec<u8>),
+    /// The peer left.
+    Gone,
+    /// Close the peer (too fast, too large, idle) for this reason.
+    Kick(Close),
+}
+
+/// What the authority sent a session carried from here.
+#[derive(Debug)]
+enum FromHolder {
+    Frame(Vec<u8>),
+    Close(Close),
+}
+
+/// Where each session's messages go on this hub.
+#[derive(Debug)]
+enum Route {
+    /// A peer of this hub, carried to another: to its session's task.
+    Carried(mpsc::Sender<FromHolder>),
+    /// A peer of another hub, carried here: its connection in this hub's core, and when
+    /// its hub was last heard from.
+    Held { conn: ConnId, heard: Instant },
+}
+
+/// The sessions of this hub, both ways.
+#[derive(Debug, Clone)]
+pub(crate) struct Sessions {
+    cluster: Cluster,
+    routes: Arc<Mutex<BTreeMap<String, Route>>>,
+    next_conn: Arc<AtomicU64>,
+}
+
+impl Sessions {
+    /// Receives the sessions' messages sent to this hub and routes them, on the
+    /// cluster's runtime, until the hub task is gone.
+    pub(crate) fn serve(cluster: Cluster, to_hub: mpsc::WeakSender<ToHub>) -> Sessions {
+        let sessions = Sessions {
+            cluster: cluster.clone(),
+            routes: Arc::default(),
+            next_conn: Arc::new(AtomicU64::new(CARRIED_CONN_FIRST)),
+        };
+        let me = sessions.clone();
+        cluster.spawn(async move {
+            let mut messages = match me.cluster.sessions().await {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::error!(error = %e, "no sync peers can be carried to or from other hubs");
+                    return;
+                }
+            };
+            let every = me.cluster.lease_ttl();
+            let mut sweep = tokio::time::interval(every);
+            loop {
+                let m = tokio::select! {
+                    m = messages.next() => m,
+                    _ = sweep.tick() => {
+                        let Some(to_hub) = to_hub.upgrade() else { return };
+                        me.let_silent_go(&to_hub).await;
+                        continue;
+                    }
+                };
+                let Some(m) = m else { return };
+                let Some(to_hub) = to_hub.upgrade() else {
+                    return;
+                };
+                me.route(m, &to_hub).await;
+            }
+        });
+        sessions
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Route>> {
+        self.routes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn route(&self, m: SessionMessage, to_hub: &mpsc::Sender<ToHub>) {
+        if m.op == "open" {
+            return self.open(m, to_hub).await;
+        }
+        let input = {
+            let mut routes = self.lock();
+            match routes.get_mut(&m.session) {
+                Some(Route::Carried(tx)) => {
+                    let got = match m.op.as_str() {
+                        "frame" => FromHolder::Frame(m.body),
+                        _ => FromHolder::Close(serde_json::from_slice(&m.body).unwrap_or_else(
+                            |_| close(1011, "list_moved", "the hub holding the list closed"),
+                        )),
+                    };
+                    // A session too far behind is closed by its own task.
+                    let _ = tx.try_send(got);
+                    None
+                }
+                Some(Route::Held { conn, heard }) => {
+                    *heard = Instant::now();
+                    match m.op.as_str() {
+                        "frame" => Some(Input::Frame(*conn, m.body)),
+                        "close" => {
+                            let conn = *conn;
+                            routes.remove(&m.session);
+                            Some(Input::Disconnected(conn))
+                        }
+                        _ => None,
+                    }
+                }
+                None => None,
+            }
+        };
+        if let Some(input) = input {
+            let _ = to_hub.send(ToHub::Input(input)).await;
+        }
+    }
+
+    /// A peer of another hub carried here: a connection of this hub's own, whose
+    /// frames go back to that hub.
+    async fn open(&self, m: SessionMessage, to_hub: &mpsc::Sender<ToHub>) {
+        let Some((from, _)) = m.session.split_once('/') else {
+            return;
+        };
+        let (opened, peer) = match serde_json::from_slice::<Opened>(&m.body)
+            .map_err(|e| e.to_string())
+            .and_then(|o| {
+                PeerId::new(o.peer.clone())
+                    .map(|p| (o, p))
+                    .map_err(|e| e.to_string())
+            }) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(session = m.session, error = %e, "a carried peer's opening does not decode");
+                return;
+            }
+        };
+        let conn = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
+        let (frames, mut frames_rx) = mpsc::channel::<Vec<u8>>(OUTBOX_FRAMES_MAX);
+        let (close_tx, mut close_rx) = oneshot::channel::<Close>();
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let outbox = Outbox {
+            frames,
+            close: close_tx,
+            queued_bytes: queued_bytes.clone(),
+        };
+        self.lock().insert(
+            m.session.clone(),
+            Route::Held {
+                conn,
+                heard: Instant::now(),
+            },
+        );
+        // What the core sends the connection goes back to the carrying hub; its first
+        // frame answers the `join` below, which that hub answered itself.
+        let (cluster, session, to) = (self.cluster.clone(), m.session.clone(), from.to_owned());
+        let me = self.clone();
+        self.cluster.spawn(async move {
+            let mut first = true;
+            let closed = loop {
+                tokio::select! {
+                    biased;
+                    c = &mut close_rx => break c.ok(),
+                    f = frames_rx.recv() => {
+                        let Some(f) = f else { break None };
+                        queued_bytes.fetch_sub(f.len(), Ordering::Relaxed);
+                        if std::mem::take(&mut first) {
+                            continue;
+                        }
+                        if let Err(e) = cluster.session_send(&to, &session, "frame", &f).await {
+                            tracing::info!(session, error = %e, "a carried peer's frame was not sent back");
+                        }
+                    }
+                }
+            };
+            // Closed by the core (or the hub stopped): the carrying hub closes its peer.
+            let close = closed.unwrap_or_else(|| close(1001, "shutdown", "the hub stopped"));
+            let body = serde_json::to_vec(&close).unwrap_or_default();
+            let _ = cluster.session_send(&to, &session, "close", &body).await;
+            me.lock().remove(&session);
+        });
+        let join = wire::encode(&WireMessage::Join {
+            sender_id: peer,
+            supported_protocol_versions: Some(vec![PROTOCOL_VERSION.to_owned()]),
+            peer_metadata: None,
+        });
+        let address = opened
+            .address
+            .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        tracing::debug!(
+            session = m.session,
+            conn = conn.0,
+            "a peer of another hub carried here"
+        );
+        let _ = to_hub
+            .send(ToHub::Open {
+                id: conn,
+                outbox,
+                who: opened.identity,
+                address,
+                events: opened.events,
+            })
+            .await;
+        let _ = to_hub.send(ToHub::Input(Input::Frame(conn, join))).await;
+    }
+
+    /// Lets go the carried peers whose hubs have been silent too long (a hub killed, or
+    /// cut from NATS, never says its peers left).
+    async fn let_silent_go(&self, to_hub: &mpsc::Sender<ToHub>) {
+        let silent_max = self.cluster.lease_ttl() * SESSION_SILENT_MAX;
+        let gone: Vec<ConnId> = {
+            let mut routes = self.lock();
+            let mut gone = Vec::new();
+            routes.retain(|_, r| match r {
+                Route::Held { conn, heard } if heard.elapsed() > silent_max => {
+                    gone.push(*conn);
+                    false
+                }
+                _ => true,
+            });
+            gone
+        };
+        for conn in gone {
+            tracing::info!(
+                conn = conn.0,
+                "a carried peer's hub went silent: letting it go"
+            );
+            let _ = to_hub.send(ToHub::Input(Input::Disconnected(conn))).await;
+        }
+    }
+
+    /// Carries `handed` (a peer of list `doc`, held by hub `holder`) there, its
+    /// `outbox` with it; returns where the hub task sends what the peer sends next.
+    pub(crate) fn carry(
+        &self,
+        doc: DocumentId,
+        holder: String,
+        handed: Handover,
+        outbox: Outbox,
+    ) -> mpsc::Sender<FromPeer> {
+        let (to_session, mut from_peer) = mpsc::channel::<FromPeer>(OUTBOX_FRAMES_MAX);
+        let (to_me, mut from_holder) = mpsc::channel::<FromHolder>(OUTBOX_FRAMES_MAX);
+        let session = format!("{}/{}", self.cluster.hub(), handed.conn.0);
+        self.lock().insert(session.clone(), Route::Carried(to_me));
+        let me = self.clone();
+        self.cluster.spawn(async move {
+            let cluster = &me.cluster;
+            let opened = Opened {
+                peer: handed.peer.to_string(),
+                identity: handed.identity,
+                address: handed.address,
+                events: handed.events,
+            };
+            let send = |op: &'static str, body: Vec<u8>| {
+                let (cluster, holder, session) = (cluster.clone(), holder.clone(), session.clone());
+                async move {
+                    if let Err(e) = cluster.session_send(&holder, &session, op, &body).await {
+                        tracing::info!(session, op, error = %e, "a carried peer's message was not sent");
+                    }
+                }
+            };
+            tracing::debug!(session, holder, %doc, "a peer carried to the list's hub");
+            send("open", serde_json::to_vec(&opened).unwrap_or_default()).await;
+            for f in handed.frames {
+                send("frame", f).await;
+            }
+            let moved = until_moved(cluster, doc, &holder);
+            tokio::pin!(moved);
+            let mut alive = tokio::time::interval(cluster.lease_ttl() / 3);
+            let ended: Option<Close> = loop {
+                tokio::select! {
+                    got = from_holder.recv() => match got {
+                        Some(FromHolder::Frame(f)) => match outbox.push(f) {
+                            Ok(()) => {}
+                            Err(true) => break Some(close(1008, "slow_reader", "")),
+                            Err(false) => break None,
+                        },
+                        Some(FromHolder::Close(c)) => {
+                            outbox.close(c);
+                            me.lock().remove(&session);
+                            return;
+                        }
+                        None => break None,
+                    },
+                    got = from_peer.recv() => match got {
+                        Some(FromPeer::Frame(f)) => send("frame", f).await,
+                        Some(FromPeer::Kick(c)) => break Some(c),
+                        Some(FromPeer::Gone) => break None,
+                        // The hub task let go of it (it fell behind, or the hub stops).
+                        None => break Some(close(
+                            1013,
+                            "list_elsewhere",
+                            "this hub stopped carrying you to the list's hub: reconnect",
+                        )),
+                    },
+                    () = &mut moved => break Some(close(
+                        1012,
+                        "list_moved",
+                        &format!("hub {holder}, which this hub carried you to, no longer holds the list: reconnect"),
+                    )),
+                    _ = alive.tick() => send("alive", Vec::new()).await,
+                }
+            };
+            if let Some(c) = ended {
+                outbox.close(c);
+            }
+            send("close", Vec::new()).await;
+            me.lock().remove(&session);
+        });
+        to_session
+    }
+}
+
+fn close(code: u16, reason: &str, message: &str) -> Close {
+    Close {
+        code,
+        reason: reason.to_owned(),
+        message: (!message.is_empty()).then(|| message.to_owned()),
+    }
+}
