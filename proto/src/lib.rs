@@ -381,8 +381,8 @@ pub enum ErrorCode {
     NotFound,
     /// The path does not take this method (the `allowed` field lists the ones it takes).
     MethodNotAllowed,
-    /// Another hub of the cluster holds the list (the message names it): call that hub,
-    /// or retry here once its lease ends.
+    /// In a cluster: the hub holding the list could not be reached, lost it meanwhile,
+    /// or the list is changing hands (the message names the hub): retry.
     ListElsewhere,
 }
 

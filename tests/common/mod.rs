@@ -557,3 +557,68 @@ impl Drop for NatsServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A TCP relay on a free loopback port to `target` (`host:port`) that a test can cut —
+/// every connection through it dropped, new ones refused — and heal: a hub cut from
+/// NATS while both keep running.
+pub struct Cut {
+    /// `nats://127.0.0.1:PORT` (the relay's address, for a NATS client).
+    pub url: String,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pipes: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Cut {
+    /// Relays to `target` from now on.
+    pub async fn start(target: &str) -> Cut {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("nats://{}", listener.local_addr().unwrap());
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let pipes: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> =
+            std::sync::Arc::default();
+        let target = target.trim_start_matches("nats://").to_owned();
+        let (o, p) = (open.clone(), pipes.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !o.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let target = target.clone();
+                let pipe = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                p.lock().unwrap().push(pipe.abort_handle());
+            }
+        });
+        Cut {
+            url,
+            open,
+            pipes,
+            accept,
+        }
+    }
+
+    /// Drops every connection through the relay and refuses new ones.
+    pub fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        for pipe in self.pipes.lock().unwrap().drain(..) {
+            pipe.abort();
+        }
+    }
+
+    /// Relays again.
+    pub fn heal(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        self.cut();
+        self.accept.abort();
+    }
+}

@@ -18,6 +18,11 @@ fn hub_in(nats: &NatsServer, dir: &Path, id: &str) -> HubProc {
 
 /// Hub `id` of the cluster on `nats`, its store in `dir`, leases of `lease_ms`.
 fn hub_with_lease(nats: &NatsServer, dir: &Path, id: &str, lease_ms: u64) -> HubProc {
+    hub_on(&nats.url, dir, id, lease_ms)
+}
+
+/// Hub `id` of the cluster on the NATS at `url`, its store in `dir`, leases of `lease_ms`.
+fn hub_on(url: &str, dir: &Path, id: &str, lease_ms: u64) -> HubProc {
     let config = dir.join(format!("{id}.toml"));
     std::fs::write(&config, format!("[cluster]\nlease_ms = {lease_ms}\n")).unwrap();
     HubProc::start_with(
@@ -25,7 +30,7 @@ fn hub_with_lease(nats: &NatsServer, dir: &Path, id: &str, lease_ms: u64) -> Hub
         "127.0.0.1:0",
         &[
             "--nats",
-            &nats.url,
+            url,
             "--hub-id",
             id,
             "--config",
@@ -360,4 +365,154 @@ async fn a_call_and_an_answer_larger_than_a_nats_message_go_through_a_hub_that_d
     assert_eq!(read.tasks.len(), 1000);
     assert_eq!(forwarded(&b).await, 2);
     assert_eq!(lead(&a).read("large", None).await.unwrap(), read);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_cut_from_nats_lets_its_lists_go_and_acknowledges_nothing_it_cannot_log() {
+    let nats = NatsServer::start("hubs-cut");
+    let dir = scratch("cluster-cut");
+    let cut = crate::common::Cut::start(&nats.url).await;
+    let a = hub_on(&cut.url, &dir, "hub-a", 1000);
+    let b = hub_in(&nats, &dir, "hub-b");
+    lead(&a).create("plan").await.unwrap();
+    lead(&a).write("plan", &upsert("t0")).await.unwrap();
+
+    // hub-a loses NATS: its lease ends, and hub-b takes the list with its write.
+    cut.cut();
+    let (snapshot, waited) = read_when_held(&b, "plan").await;
+    assert_eq!(ids(&snapshot), ["t0"], "held by hub-b after {waited:?}");
+    lead(&b).write("plan", &upsert("t1")).await.unwrap();
+    // hub-a, cut off, acknowledges nothing: it can neither log nor forward.
+    match lead(&a).write("plan", &upsert("cut-off")).await {
+        Err(HttpError::Api(e)) => assert_eq!(e.code, ErrorCode::ListElsewhere, "{e:?}"),
+        other => panic!("the cut hub answered {other:?}"),
+    }
+
+    // Healed, hub-a sends its callers' calls to hub-b, which holds the list now.
+    cut.heal();
+    let started = Instant::now();
+    let snapshot = loop {
+        match lead(&a).read("plan", None).await {
+            Ok(s) => break s,
+            Err(e) => {
+                assert!(started.elapsed() < Duration::from_secs(30), "{e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert_eq!(
+        ids(&snapshot),
+        ["t0", "t1"],
+        "the cut hub's write is nowhere"
+    );
+    drop((a, b));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the_other_hubs() {
+    use std::sync::{Arc, Mutex};
+    use swarmtodo::cluster::{Cluster, ClusterConfig};
+    use swarmtodo::store::persist::doc_id;
+
+    // SWARMTODO_FAILOVER_CYCLES=100 for the full run; CI runs a few.
+    let cycles: usize = std::env::var("SWARMTODO_FAILOVER_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let nats = NatsServer::start("hubs-kill");
+    let dir = scratch("cluster-kill");
+    let ids3 = ["hub-a", "hub-b", "hub-c"];
+    let mut hubs: Vec<Option<HubProc>> = ids3
+        .iter()
+        .map(|id| Some(hub_in(&nats, &dir, id)))
+        .collect();
+    let mut observer = ClusterConfig::new(&nats.url, "observer");
+    observer.lease_ttl = Duration::from_secs(1);
+    let observer = Cluster::connect(&observer).await.unwrap();
+    let doc = doc_id(&swarmtodo::client::list_document_id("plan"));
+    lead(hubs[0].as_ref().unwrap())
+        .create("plan")
+        .await
+        .unwrap();
+
+    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut takeovers = Vec::new();
+    for cycle in 0..cycles {
+        let (holder, _) = observer.holder(doc).await.unwrap().expect("a holder");
+        let h = ids3.iter().position(|id| *id == holder).unwrap();
+        // A writer at each other hub, writing on through the failover.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..3)
+            .filter(|&i| i != h)
+            .map(|i| {
+                let api = lead(hubs[i].as_ref().unwrap());
+                let (acked, stop) = (acked.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        let id = format!("c{cycle}-h{i}-{n}");
+                        n += 1;
+                        if api.write("plan", &upsert(&id)).await.is_ok() {
+                            acked.lock().unwrap().push(id);
+                        } else {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = acked.lock().unwrap().len();
+        hubs[h].take().unwrap().kill9();
+        let killed = Instant::now();
+        // Taken over once a write is acknowledged again.
+        while acked.lock().unwrap().len() == before {
+            assert!(
+                killed.elapsed() < Duration::from_secs(30),
+                "cycle {cycle}: no takeover"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        takeovers.push(killed.elapsed());
+        hubs[h] = Some(hub_in(&nats, &dir, ids3[h]));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for w in writers {
+            w.await.unwrap();
+        }
+    }
+    // Every acknowledged write is there, read through each hub alike.
+    let mut want = acked.lock().unwrap().clone();
+    want.sort();
+    want.dedup();
+    for h in hubs.iter().flatten() {
+        let s = lead(h).read("plan", None).await.unwrap();
+        let got = ids(&s);
+        let missing: Vec<&String> = want.iter().filter(|id| !got.contains(id)).collect();
+        assert!(missing.is_empty(), "lost: {missing:?}");
+    }
+    // One authority at a time: the log's stretches are each written by the hub whose
+    // fence opens it.
+    let read = observer.read(doc, 0).await.unwrap();
+    let mut writer: Option<String> = None;
+    let mut fences = 0;
+    for r in &read.records {
+        match &r.entry {
+            swarmtodo::cluster::Entry::Fence => {
+                fences += 1;
+                writer = Some(r.hub.clone());
+            }
+            swarmtodo::cluster::Entry::Commit(_) => {
+                assert_eq!(writer.as_deref(), Some(r.hub.as_str()), "record {}", r.seq);
+            }
+        }
+    }
+    takeovers.sort();
+    eprintln!(
+        "{cycles} kills: {} writes acknowledged at the other hubs, all kept; {fences} fences; takeover p50 {:?}, max {:?}",
+        want.len(),
+        takeovers[takeovers.len() / 2],
+        takeovers.last().unwrap()
+    );
+    assert!(fences > cycles, "{fences} fences for {cycles} kills");
 }

@@ -138,8 +138,10 @@ impl Sessions {
                             |_| close(1011, "list_moved", "the hub holding the list closed"),
                         )),
                     };
-                    // A session too far behind is closed by its own task.
-                    let _ = tx.try_send(got);
+                    // A session too far behind loses its route: its task closes the peer.
+                    if tx.try_send(got).is_err() {
+                        routes.remove(&m.session);
+                    }
                     None
                 }
                 Some(Route::Held { conn, heard }) => {
@@ -326,7 +328,8 @@ impl Sessions {
                             me.lock().remove(&session);
                             return;
                         }
-                        None => break None,
+                        // Its route is gone: it fell too far behind.
+                        None => break Some(close(1008, "slow_reader", "")),
                     },
                     got = from_peer.recv() => match got {
                         Some(FromPeer::Frame(f)) => send("frame", f).await,
