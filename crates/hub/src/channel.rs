@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::limits::{
     OUTBOX_BYTES_MAX, OUTBOX_FRAMES_MAX, RELAY_OUTBOX_BYTES_MAX, RELAY_OUTBOX_FRAMES_MAX,
 };
+use swarmtodo_cluster::ClusterError;
 use swarmtodo_core::hub::{
     Answer, Call, Caller, Close, ConnId, EventKinds, Identity, Input, StoredList,
 };
@@ -43,7 +44,7 @@ pub(crate) enum ToHub {
     Loaded(DocumentId, Box<Result<Option<StoredList>, StoreError>>),
     /// In a cluster: a list the core asked for that this hub cannot act for (another
     /// hub holds it, or NATS failed), and why.
-    Unavailable(DocumentId, crate::cluster::Unavailable),
+    Unavailable(DocumentId, Unavailable),
     /// In a cluster: a list this hub held and no longer holds (its lease could not be
     /// renewed), and why.
     Lost(DocumentId, String),
@@ -73,6 +74,34 @@ pub(crate) enum ToHub {
     /// Stop: everything queued before this is handled (and committed) first; then every
     /// peer is closed with 1001.
     Shutdown,
+}
+
+/// Why this hub cannot act for a list, and the hub that does, if one does.
+#[derive(Debug)]
+pub(crate) struct Unavailable {
+    /// What failed, to tell peers and callers.
+    pub(crate) why: String,
+    /// The list's authority (another hub holds its lease).
+    pub(crate) holder: Option<String>,
+}
+
+impl From<ClusterError> for Unavailable {
+    fn from(e: ClusterError) -> Unavailable {
+        let holder = match &e {
+            ClusterError::LeaseHeld { by, .. } => Some(by.clone()),
+            _ => None,
+        };
+        Unavailable {
+            why: e.to_string(),
+            holder,
+        }
+    }
+}
+
+impl From<String> for Unavailable {
+    fn from(why: String) -> Unavailable {
+        Unavailable { why, holder: None }
+    }
 }
 
 /// The hub's handle on one connection's writer.

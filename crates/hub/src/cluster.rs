@@ -17,35 +17,7 @@ use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_store::persist::doc_id;
 use swarmtodo_store::{Batch, Store};
 
-use crate::channel::ToHub;
-
-/// Why this hub cannot act for a list, and the hub that does, if one does.
-#[derive(Debug)]
-pub(crate) struct Unavailable {
-    /// What failed, to tell peers and callers.
-    pub(crate) why: String,
-    /// The list's authority (another hub holds its lease).
-    pub(crate) holder: Option<String>,
-}
-
-impl From<ClusterError> for Unavailable {
-    fn from(e: ClusterError) -> Unavailable {
-        let holder = match &e {
-            ClusterError::LeaseHeld { by, .. } => Some(by.clone()),
-            _ => None,
-        };
-        Unavailable {
-            why: e.to_string(),
-            holder,
-        }
-    }
-}
-
-impl From<String> for Unavailable {
-    fn from(why: String) -> Unavailable {
-        Unavailable { why, holder: None }
-    }
-}
+use crate::channel::{ToHub, Unavailable};
 
 /// One term as a list's authority, used by one task at a time.
 type Term = Arc<tokio::sync::Mutex<Tenure>>;
