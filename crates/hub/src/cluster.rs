@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 
@@ -18,6 +19,7 @@ use swarmtodo_store::persist::doc_id;
 use swarmtodo_store::{Batch, Store};
 
 use crate::channel::{ToHub, Unavailable};
+use crate::limits::HOLDERS_KNOWN_MAX;
 
 /// One term as a list's authority, used by one task at a time.
 type Term = Arc<tokio::sync::Mutex<Tenure>>;
@@ -27,6 +29,9 @@ type Term = Arc<tokio::sync::Mutex<Tenure>>;
 pub(crate) struct ClusterSide {
     cluster: Cluster,
     terms: Arc<Mutex<BTreeMap<DocumentId, Term>>>,
+    /// Lists another hub was found holding, and when: taken as still held for a third
+    /// of a lease, so that calls and peers going there do not each try the lease first.
+    holders: Arc<Mutex<BTreeMap<DocumentId, (String, Instant)>>>,
 }
 
 impl ClusterSide {
@@ -34,6 +39,7 @@ impl ClusterSide {
         ClusterSide {
             cluster,
             terms: Arc::default(),
+            holders: Arc::default(),
         }
     }
 
@@ -44,6 +50,11 @@ impl ClusterSide {
     /// The cluster.
     pub(crate) fn cluster(&self) -> &Cluster {
         &self.cluster
+    }
+
+    /// True when this hub holds list `doc` (its term is on).
+    pub(crate) fn holds(&self, doc: &DocumentId) -> bool {
+        self.term(doc).is_some()
     }
 
     /// How many lists this hub holds.
@@ -70,8 +81,22 @@ impl ClusterSide {
         if self.term(&doc).is_some() {
             return Ok(Replayed::default());
         }
+        if let Some(holder) = self.known_holder(&doc) {
+            return Err(Unavailable {
+                why: format!("list {doc} is held by hub {holder}"),
+                holder: Some(holder),
+            });
+        }
         let id = doc_id(&doc);
-        let tenure = self.cluster.take(id).await?;
+        let tenure = match self.cluster.take(id).await {
+            Ok(t) => t,
+            Err(e) => {
+                if let ClusterError::LeaseHeld { by, .. } = &e {
+                    self.remember_holder(doc, by);
+                }
+                return Err(e.into());
+            }
+        };
         let (through, lease) = (tenure.last(), tenure.lease().revision);
         // Held from now on, and renewed with the others while the log is replayed.
         if let Ok(mut terms) = self.terms.lock() {
@@ -141,6 +166,32 @@ impl ClusterSide {
                 self.forget_term(&doc, &term);
                 Err(Stored::Elsewhere(lost_why(&e)))
             }
+        }
+    }
+
+    /// The hub found holding list `doc` less than a third of a lease ago.
+    fn known_holder(&self, doc: &DocumentId) -> Option<String> {
+        let fresh = self.cluster.lease_ttl() / 3;
+        let holders = self.holders.lock().ok()?;
+        holders
+            .get(doc)
+            .filter(|(_, at)| at.elapsed() < fresh)
+            .map(|(h, _)| h.clone())
+    }
+
+    fn remember_holder(&self, doc: DocumentId, holder: &str) {
+        if let Ok(mut holders) = self.holders.lock() {
+            if holders.len() >= HOLDERS_KNOWN_MAX {
+                holders.clear();
+            }
+            holders.insert(doc, (holder.to_owned(), Instant::now()));
+        }
+    }
+
+    /// Forgets who holds list `doc` (a call forwarded there got no answer).
+    pub(crate) fn forget_holder(&self, doc: &DocumentId) {
+        if let Ok(mut holders) = self.holders.lock() {
+            holders.remove(doc);
         }
     }
 

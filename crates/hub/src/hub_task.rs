@@ -69,7 +69,7 @@ pub(crate) async fn hub_task(
     let mut sessions = None;
     if let Some(side) = &cluster {
         side.renew_in_background(loaded_to.clone());
-        crate::forward::serve_forwarded(side.cluster().clone(), loaded_to.clone());
+        crate::forward::serve_forwarded(side.clone(), loaded_to.clone());
         sessions = Some(Sessions::serve(side.cluster().clone(), loaded_to.clone()));
     }
     let mut out = Relay {
@@ -626,7 +626,8 @@ impl Io for Relay {
             if e.code == ErrorCode::ListElsewhere {
                 self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
                 forward_in_background(
-                    side.cluster().clone(),
+                    side.clone(),
+                    self.loaded_to.clone(),
                     *doc,
                     holder.clone(),
                     forward,

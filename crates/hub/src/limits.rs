@@ -150,3 +150,8 @@ pub const FORWARD_ANSWER_WAIT: Duration = Duration::from_secs(30);
 /// it holds (sessions send `alive` every third of a lease) before it lets those peers
 /// go: the other hub was killed, or cut from NATS.
 pub const SESSION_SILENT_MAX: u32 = 3;
+
+/// Most lists a hub of a cluster remembers another hub holding (for a third of a lease
+/// each, so that forwarded calls and carried peers skip trying the lease); past it the
+/// memory starts over.
+pub const HOLDERS_KNOWN_MAX: usize = 10_000;
