@@ -2,13 +2,16 @@
 //! NATS, lists spread over the hubs, and the cost of a write through a hub that is not
 //! the list's authority.
 //!
-//! `cargo bench --bench cluster [-- --lists 12 --writers 4 --secs 10]`
+//! `cargo bench --bench cluster [-- --lists 12 --writers 4 --secs 10 --no-out]`
 //!
 //! Each run starts a fresh nats-server with JetStream (`target/nats-venv`, or
 //! `SWARMTODO_NATS_SERVER`) and fresh `swarmtodo serve --nats` processes (the release
-//! build) on loopback. Every list has `--writers` writers, each an HTTP client writing
+//! build) on loopback. Every list has its writers, each an HTTP client writing
 //! `todo_write` patches one after the other (each a change of one of its own tasks),
-//! for `--secs` seconds. Printed: acknowledged writes per second (every one checked by
+//! for `--secs` seconds: by default 12 lists × 4 writers (loaded), then 3 lists × 1
+//! writer (a write's own cost); `--lists`/`--writers` measure one load instead. The
+//! section *Many hubs on one NATS* of `BENCHMARKS.md` is rewritten (and kept in
+//! `target/side-by-side/cluster.md` for the side-by-side run, which writes the rest). Printed: acknowledged writes per second (every one checked by
 //! the list's authority and durable in its log and store) and the write latency
 //! percentiles, per setup:
 //!
@@ -95,29 +98,36 @@ fn start_hub(dir: &Path, nats: &str, id: &str) -> (Proc, String) {
 }
 
 struct Args {
-    lists: usize,
-    writers: usize,
+    /// (lists, writers per list) of each load measured.
+    loads: Vec<(usize, usize)>,
     secs: u64,
+    /// Where the section is written (`--no-out`: nowhere).
+    out: Option<PathBuf>,
 }
 
 fn args() -> Args {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut a = Args {
-        lists: 12,
-        writers: 4,
+        loads: vec![(12, 4), (3, 1)],
         secs: 10,
+        out: Some(root.join("BENCHMARKS.md")),
     };
     let argv: Vec<String> = std::env::args().collect();
+    let (mut lists, mut writers) = (None, None);
     for w in argv.windows(2) {
-        let n = |s: &str| {
-            s.parse()
-                .unwrap_or_else(|_| panic!("{} wants a number", w[0]))
-        };
+        let n = |s: &str| -> usize { s.parse().unwrap_or_else(|_| panic!("{} wants a number", w[0])) };
         match w[0].as_str() {
-            "--lists" => a.lists = n(&w[1]),
-            "--writers" => a.writers = n(&w[1]),
+            "--lists" => lists = Some(n(&w[1])),
+            "--writers" => writers = Some(n(&w[1])),
             "--secs" => a.secs = n(&w[1]) as u64,
             _ => {}
         }
+    }
+    if lists.is_some() || writers.is_some() {
+        a.loads = vec![(lists.unwrap_or(12), writers.unwrap_or(4))];
+    }
+    if argv.iter().any(|a| a == "--no-out") {
+        a.out = None;
     }
     a
 }
@@ -132,9 +142,11 @@ struct Figures {
 
 /// Runs the writers of every list for `secs`: list `i` is created at `hubs[i % n]` and
 /// written at `hubs[(i + shift) % n]`.
-async fn run(hubs: &[String], a: &Args, shift: usize, tag: &str) -> Figures {
+async fn run(hubs: &[String], load: (usize, usize), secs: u64, shift: usize) -> Figures {
+    let (lists, writers) = load;
+    let tag = "bench";
     let n = hubs.len();
-    for i in 0..a.lists {
+    for i in 0..lists {
         Api::new(&hubs[i % n])
             .expect("api")
             .agent("lead")
@@ -144,10 +156,10 @@ async fn run(hubs: &[String], a: &Args, shift: usize, tag: &str) -> Figures {
     }
     let latencies: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let errors: Arc<Mutex<usize>> = Arc::default();
-    let until = Instant::now() + Duration::from_secs(a.secs);
+    let until = Instant::now() + Duration::from_secs(secs);
     let mut tasks = Vec::new();
-    for i in 0..a.lists {
-        for w in 0..a.writers {
+    for i in 0..lists {
+        for w in 0..writers {
             let api = Api::new(&hubs[(i + shift) % n])
                 .expect("api")
                 .agent(format!("w{w}"));
@@ -185,12 +197,15 @@ async fn run(hubs: &[String], a: &Args, shift: usize, tag: &str) -> Figures {
     };
     let errors = *errors.lock().expect("lock");
     Figures {
-        writes_per_sec: l.len() as f64 / a.secs as f64,
+        writes_per_sec: l.len() as f64 / secs as f64,
         p50: at(0.50),
         p99: at(0.99),
         errors,
     }
 }
+
+/// The heading of this bench's section of `BENCHMARKS.md`.
+const HEADING: &str = "## Many hubs on one NATS";
 
 fn main() {
     let a = args();
@@ -199,44 +214,76 @@ fn main() {
         .build()
         .expect("runtime");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!(
-        "cluster bench: {} lists × {} writers, {} s each; {} cores; load {}",
-        a.lists,
-        a.writers,
-        a.secs,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut md = format!(
+        "{HEADING}\n\n\
+         Written by `benches/cluster.rs` (`cargo bench --bench cluster`), {} UTC, {cores} cores, \
+         1-minute load {} before. One nats-server 2.15 with JetStream and `swarmtodo serve --nats` \
+         processes on loopback, everything on the same cores. Every list has its writers, \
+         each an HTTP client writing a one-task `todo_write` patch after the other for {} s; \
+         a write counts once acknowledged (checked by the list's authority, in its log and \
+         its store). *3 hubs*: list *i* created at hub *i* mod 3, which holds it, and \
+         written there; *via another*: the same, each writer calling the next hub, which \
+         forwards the write to the holder over NATS.\n",
+        swarmtodo::utc(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64)
+        ),
+        load.split_whitespace().next().unwrap_or("?"),
+        a.secs
     );
-    println!("| setup | writes/s | p50 | p99 | refused |");
-    println!("|---|---|---|---|---|");
     let setups: [(&str, usize, usize); 3] = [
         ("1 hub", 1, 0),
         ("3 hubs", 3, 0),
         ("3 hubs, via another", 3, 1),
     ];
-    for (name, hubs_n, shift) in setups {
-        let dir =
-            std::env::temp_dir().join(format!("swarmtodo-bench-cluster-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        let (nats, url) = start_nats(&dir);
-        let hubs: Vec<(Proc, String)> = (0..hubs_n)
-            .map(|h| start_hub(&dir, &url, &format!("hub-{h}")))
-            .collect();
-        let urls: Vec<String> = hubs.iter().map(|(_, u)| u.clone()).collect();
-        let f = runtime.block_on(run(&urls, &a, shift, "bench"));
-        println!(
-            "| {name} | {:.0} | {:.1} ms | {:.1} ms | {} |",
-            f.writes_per_sec,
-            f.p50.as_secs_f64() * 1e3,
-            f.p99.as_secs_f64() * 1e3,
-            f.errors
+    for &(lists, writers) in &a.loads {
+        let heading = format!(
+            "\n{lists} lists × {writers} writers:\n\n| setup | writes/s | p50 | p99 | refused |\n|---|---|---|---|---|\n"
         );
-        drop(hubs);
-        drop(nats);
-        let _ = std::fs::remove_dir_all(&dir);
+        print!("{heading}");
+        md.push_str(&heading);
+        for (name, hubs_n, shift) in setups {
+            let dir = std::env::temp_dir()
+                .join(format!("swarmtodo-bench-cluster-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("scratch dir");
+            let (nats, url) = start_nats(&dir);
+            let hubs: Vec<(Proc, String)> = (0..hubs_n)
+                .map(|h| start_hub(&dir, &url, &format!("hub-{h}")))
+                .collect();
+            let urls: Vec<String> = hubs.iter().map(|(_, u)| u.clone()).collect();
+            let f = runtime.block_on(run(&urls, (lists, writers), a.secs, shift));
+            let row = format!(
+                "| {name} | {:.0} | {:.1} ms | {:.1} ms | {} |\n",
+                f.writes_per_sec,
+                f.p50.as_secs_f64() * 1e3,
+                f.p99.as_secs_f64() * 1e3,
+                f.errors
+            );
+            print!("{row}");
+            md.push_str(&row);
+            drop(hubs);
+            drop(nats);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    if let Some(out) = &a.out {
+        // Kept for `benches/side_by_side`, which writes the rest of the file.
+        let kept = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/side-by-side/cluster.md");
+        let _ = std::fs::create_dir_all(kept.parent().expect("a folder"));
+        std::fs::write(&kept, &md).expect("keep the section");
+        let text = std::fs::read_to_string(out).unwrap_or_default();
+        let text = match text.find(HEADING) {
+            Some(start) => {
+                let rest = &text[start + HEADING.len()..];
+                let end = rest.find("\n## ").map_or(text.len(), |e| start + HEADING.len() + e + 1);
+                format!("{}{}\n{}", &text[..start], md.trim_end(), &text[end..])
+            }
+            None => format!("{}\n\n{}", text.trim_end(), md.trim_end()),
+        };
+        std::fs::write(out, format!("{}\n", text.trim_end())).expect("write BENCHMARKS.md");
+        eprintln!("rewrote {HEADING:?} in {out:?}");
     }
 }

@@ -328,10 +328,14 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(run_all(o))
 }
 
-/// `BENCHMARKS.md`: the run's results, and the weeks-of-uptime figures kept from
-/// their own runs.
+/// `BENCHMARKS.md`: the run's results, and the cluster's and weeks-of-uptime figures
+/// kept from their own runs.
 fn markdown(o: &Options, results: &Results, chart: &std::path::Path) -> String {
     let mut md = report::markdown(results, chart);
+    // The cluster's section, kept by `benches/cluster.rs` from its own runs.
+    if let Ok(cluster) = std::fs::read_to_string(o.work.join("cluster.md")) {
+        md = format!("{}\n\n{}\n", md.trim_end(), cluster.trim_end());
+    }
     if let Some(h) = hardening::kept(&o.work) {
         md = format!(
             "{}
