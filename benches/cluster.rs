@@ -115,7 +115,10 @@ fn args() -> Args {
     let argv: Vec<String> = std::env::args().collect();
     let (mut lists, mut writers) = (None, None);
     for w in argv.windows(2) {
-        let n = |s: &str| -> usize { s.parse().unwrap_or_else(|_| panic!("{} wants a number", w[0])) };
+        let n = |s: &str| -> usize {
+            s.parse()
+                .unwrap_or_else(|_| panic!("{} wants a number", w[0]))
+        };
         match w[0].as_str() {
             "--lists" => lists = Some(n(&w[1])),
             "--writers" => writers = Some(n(&w[1])),
@@ -278,7 +281,9 @@ fn main() {
         let text = match text.find(HEADING) {
             Some(start) => {
                 let rest = &text[start + HEADING.len()..];
-                let end = rest.find("\n## ").map_or(text.len(), |e| start + HEADING.len() + e + 1);
+                let end = rest
+                    .find("\n## ")
+                    .map_or(text.len(), |e| start + HEADING.len() + e + 1);
                 format!("{}{}\n{}", &text[..start], md.trim_end(), &text[end..])
             }
             None => format!("{}\n\n{}", text.trim_end(), md.trim_end()),

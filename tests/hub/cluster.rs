@@ -449,7 +449,8 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
         .await
         .unwrap();
 
-    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    // Each acknowledged write and when it was sent.
+    let acked: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let mut takeovers = Vec::new();
     for cycle in 0..cycles {
         // A list nobody wrote for a while was given back: a read takes it again.
@@ -473,8 +474,9 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
                     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                         let id = format!("c{cycle}-h{i}-{n}");
                         n += 1;
+                        let sent = Instant::now();
                         if api.write("plan", &upsert(&id)).await.is_ok() {
-                            acked.lock().unwrap().push(id);
+                            acked.lock().unwrap().push((id, sent));
                         } else {
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
@@ -483,11 +485,10 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = acked.lock().unwrap().len();
         hubs[h].take().unwrap().kill9();
         let killed = Instant::now();
-        // Taken over once a write is acknowledged again.
-        while acked.lock().unwrap().len() == before {
+        // Taken over once a write sent after the kill is acknowledged, by another hub.
+        while !acked.lock().unwrap().iter().any(|(_, sent)| *sent > killed) {
             assert!(
                 killed.elapsed() < Duration::from_secs(30),
                 "cycle {cycle}: no takeover"
@@ -495,6 +496,8 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         takeovers.push(killed.elapsed());
+        let (now, _) = observer.holder(doc).await.unwrap().expect("a holder");
+        assert_ne!(now, holder, "cycle {cycle}: taken over by another hub");
         hubs[h] = Some(hub_in(&nats, &dir, ids3[h]));
         tokio::time::sleep(Duration::from_millis(200)).await;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -503,7 +506,12 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
         }
     }
     // Every acknowledged write is there, read through each hub alike.
-    let mut want = acked.lock().unwrap().clone();
+    let mut want: Vec<String> = acked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(id, _)| id.clone())
+        .collect();
     want.sort();
     want.dedup();
     for h in hubs.iter().flatten() {
@@ -536,4 +544,43 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
         takeovers.last().unwrap()
     );
     assert!(fences > cycles, "{fences} fences for {cycles} kills");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_lets_go_of_the_peers_of_a_hub_that_died() {
+    use swarmtodo::client::{list_document_id, Connection};
+    use swarmtodo::model::TodoList;
+
+    let nats = NatsServer::start("hubs-silent");
+    let dir = scratch("cluster-silent");
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    let doc = list_document_id("swarm");
+    let mut lead = crate::common::planned();
+    let mut c_lead = Connection::connect(&a.url, "lead").await.unwrap();
+    c_lead.sync(doc, &mut lead).await.unwrap();
+    let mut sub = TodoList::create(crate::common::actor(2));
+    let mut c_sub = Connection::connect(&b.url, "sub").await.unwrap();
+    c_sub.sync(doc, &mut sub).await.unwrap();
+    assert_eq!(sub.read().tasks.len(), 3);
+    assert_eq!(
+        a.metric("swarmtodo_connections").await,
+        2,
+        "the lead, and sub carried here"
+    );
+
+    // hub-b dies without a word: hub-a lets its peer go once hub-b has been silent for
+    // SESSION_SILENT_MAX leases (1 s each here).
+    b.kill9();
+    let started = Instant::now();
+    while a.metric("swarmtodo_connections").await != 1 {
+        assert!(started.elapsed() < Duration::from_secs(10), "never let go");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited > Duration::from_secs(2),
+        "let go after {waited:?}, before hub-b was silent long enough"
+    );
+    drop(c_lead);
 }

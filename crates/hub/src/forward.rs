@@ -5,9 +5,9 @@
 //!
 //! The caller was admitted by the hub it reached (its token checked there); the hub it
 //! is forwarded to takes who it is on that hub's word: the hubs of one cluster trust one
-//! another, as they trust NATS (docs/DESIGN.md §8). A forwarded call is not forwarded
-//! again: a hub that no longer holds the list when it arrives answers `list_elsewhere`,
-//! and the caller retries.
+//! another, as they trust NATS (docs/DESIGN.md §7). A forwarded call is not forwarded
+//! again: a hub that no longer holds the list when it arrives decides nothing and says
+//! so, and the hub that sent it decides it itself, once (taking the list if it is free).
 
 use std::time::Duration;
 

@@ -457,7 +457,11 @@ impl Relay {
             Call::Write(_) | Call::Delegate { .. } | Call::RollUp { .. } => Kind::Write,
             Call::Claim(_) => Kind::Claim,
         };
-        let forwardable = (self.cluster.is_some() && !forwarded).then(|| Forward {
+        // Kept only where it may go elsewhere: not for a list this hub holds.
+        let elsewhere = self.cluster.as_ref().is_some_and(|side| {
+            swarmtodo_core::hub::list_id(&list).is_ok_and(|doc| !side.holds(&doc))
+        });
+        let forwardable = (elsewhere && !forwarded).then(|| Forward {
             caller: caller.clone(),
             list: list.clone(),
             call: call.clone(),

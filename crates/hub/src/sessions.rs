@@ -135,7 +135,13 @@ impl Sessions {
                     let got = match m.op.as_str() {
                         "frame" => FromHolder::Frame(m.body),
                         _ => FromHolder::Close(serde_json::from_slice(&m.body).unwrap_or_else(
-                            |_| close(1011, "list_moved", "the hub holding the list closed"),
+                            |_| {
+                                close(
+                                    1012,
+                                    "list_moved",
+                                    "the hub holding the list closed: reconnect",
+                                )
+                            },
                         )),
                     };
                     // A session too far behind loses its route: its task closes the peer.
