@@ -1730,4 +1730,39 @@ fn a_cluster_hub_loads_every_list_first_and_closes_peers_of_lists_it_does_not_ho
     let close = closed(&fx, c2).expect("its peer is closed");
     assert_eq!((close.code, close.reason.as_str()), (1012, "list_moved"));
     assert!(!core.is_loaded(&fresh));
+
+    // A peer that syncs nothing here is handed over with the frames that waited; one
+    // that syncs a list here is closed.
+    let mine = swarmtodo::client::list_document_id("mine");
+    let (c4, _) = ask(&mut core, 4, mine);
+    core.loaded(0, mine, None);
+    assert!(core.is_loaded(&mine));
+    let other = swarmtodo::client::list_document_id("other-hub");
+    let (c3, fx) = ask(&mut core, 3, other);
+    assert_eq!(fx.loads, [other]);
+    let sync_of_c4 = wire::encode(&WireMessage::Request {
+        sender_id: peer(4),
+        target_id: hub_id.clone(),
+        document_id: other,
+        data: crate::common::planned()
+            .generate_sync_message(&mut sync::State::new())
+            .unwrap()
+            .encode(),
+    });
+    core.handle(0, Input::Frame(c4, sync_of_c4));
+    let conns = core.conn_count();
+    let (fx, handed) = core.hand_over(0, other, "list Y is held by hub hub-c");
+    assert_eq!(handed.len(), 1, "{handed:?}");
+    assert_eq!((handed[0].conn, handed[0].peer.clone()), (c3, peer(3)));
+    assert_eq!(handed[0].frames.len(), 1, "the sync that waited");
+    let close = closed(&fx, c4).expect("the peer syncing a list here is closed");
+    assert_eq!(
+        (close.code, close.reason.as_str()),
+        (1013, "list_elsewhere")
+    );
+    assert!(
+        closed(&fx, c3).is_none(),
+        "the handed-over peer is not closed"
+    );
+    assert_eq!(core.conn_count(), conns - 2, "both left the core");
 }
