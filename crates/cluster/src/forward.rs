@@ -169,13 +169,51 @@ impl Whole {
     }
 }
 
+/// Messages made whole from their parts, by what they are sent under (a call's answer
+/// inbox, a session), at most [`FORWARDS_PARTIAL_MAX`] half received at once.
+#[derive(Debug, Default)]
+struct Wholes {
+    partial: BTreeMap<String, (Whole, Instant)>,
+}
+
+impl Wholes {
+    /// Takes part `m` of the message sent under `key`: the message once whole. A part
+    /// that does not fit (out of order, too large, too many messages half received)
+    /// drops its message, whose sender times out.
+    fn take(&mut self, key: &str, m: &Message) -> Option<Vec<u8>> {
+        // Messages whose sender gave up on them long ago are dropped.
+        self.partial
+            .retain(|_, (_, started)| started.elapsed() < FORWARD_WAIT_MAX);
+        if !self.partial.contains_key(key) && self.partial.len() >= FORWARDS_PARTIAL_MAX {
+            tracing::warn!(key, "too many messages half received: one more dropped");
+            return None;
+        }
+        let (whole, _) = self
+            .partial
+            .entry(key.to_owned())
+            .or_insert_with(|| (Whole::default(), Instant::now()));
+        match whole.take(m) {
+            Ok(Some(body)) => {
+                self.partial.remove(key);
+                Some(body)
+            }
+            Ok(None) => None,
+            Err(why) => {
+                tracing::warn!(key, why, "a message dropped");
+                self.partial.remove(key);
+                None
+            }
+        }
+    }
+}
+
 /// The calls other hubs forward to this one, each made whole from its parts.
 #[derive(Debug)]
 pub struct Forwarded {
     client: Client,
     calls: Subscriber,
     /// Calls whose first parts came, by the inbox their answer goes to.
-    partial: BTreeMap<Subject, (Whole, Instant)>,
+    partial: Wholes,
 }
 
 /// One call forwarded by another hub: answer it with [`ForwardedCall::answer`].
@@ -201,7 +239,7 @@ impl Forwarded {
         Ok(Forwarded {
             client,
             calls,
-            partial: BTreeMap::new(),
+            partial: Wholes::default(),
         })
     }
 
@@ -214,32 +252,12 @@ impl Forwarded {
                 tracing::warn!("a forwarded call without an inbox for its answer: dropped");
                 continue;
             };
-            // Calls whose sender gave up on them long ago are dropped.
-            self.partial
-                .retain(|_, (_, started)| started.elapsed() < FORWARD_WAIT_MAX);
-            if !self.partial.contains_key(&answer_to) && self.partial.len() >= FORWARDS_PARTIAL_MAX
-            {
-                tracing::warn!("too many forwarded calls half sent: one more dropped");
-                continue;
-            }
-            let (whole, _) = self
-                .partial
-                .entry(answer_to.clone())
-                .or_insert_with(|| (Whole::default(), Instant::now()));
-            match whole.take(&m) {
-                Ok(Some(body)) => {
-                    self.partial.remove(&answer_to);
-                    return Some(ForwardedCall {
-                        body,
-                        client: self.client.clone(),
-                        answer_to,
-                    });
-                }
-                Ok(None) => {}
-                Err(why) => {
-                    tracing::warn!(why, "a forwarded call dropped");
-                    self.partial.remove(&answer_to);
-                }
+            if let Some(body) = self.partial.take(answer_to.as_str(), &m) {
+                return Some(ForwardedCall {
+                    body,
+                    client: self.client.clone(),
+                    answer_to,
+                });
             }
         }
         None
@@ -270,7 +288,7 @@ pub(crate) async fn session_send(
 pub struct SessionMessages {
     messages: Subscriber,
     /// Messages whose first parts came, by session.
-    partial: BTreeMap<String, (Whole, Instant)>,
+    partial: Wholes,
 }
 
 /// One message of a session.
@@ -299,7 +317,7 @@ impl SessionMessages {
             .map_err(|e| ClusterError::JetStream(e.to_string()))?;
         Ok(SessionMessages {
             messages,
-            partial: BTreeMap::new(),
+            partial: Wholes::default(),
         })
     }
 
@@ -318,29 +336,8 @@ impl SessionMessages {
                 tracing::warn!("a session message without its session or op: dropped");
                 continue;
             };
-            self.partial
-                .retain(|_, (_, started)| started.elapsed() < FORWARD_WAIT_MAX);
-            if !self.partial.contains_key(&session) && self.partial.len() >= FORWARDS_PARTIAL_MAX {
-                tracing::warn!(
-                    session,
-                    "too many session messages half sent: one more dropped"
-                );
-                continue;
-            }
-            let (whole, _) = self
-                .partial
-                .entry(session.clone())
-                .or_insert_with(|| (Whole::default(), Instant::now()));
-            match whole.take(&m) {
-                Ok(Some(body)) => {
-                    self.partial.remove(&session);
-                    return Some(SessionMessage { session, op, body });
-                }
-                Ok(None) => {}
-                Err(why) => {
-                    tracing::warn!(session, why, "a session message dropped");
-                    self.partial.remove(&session);
-                }
+            if let Some(body) = self.partial.take(&session, &m) {
+                return Some(SessionMessage { session, op, body });
             }
         }
         None
