@@ -166,11 +166,12 @@ async fn a_hub_paused_past_its_lease_decides_nothing_when_it_wakes_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_peers_at_any_hub_are_judged_by_the_authority_and_see_only_its_repaired_state() {
-    use crate::common::{actor, patch, planned, status, upsert as op, write};
-    use crate::e2e::in_progress_for;
+    use crate::common::{actor, planned, write};
+    use crate::e2e::{
+        in_progress_for, start_for_bob, told_of_one_second_in_progress_and_its_repair,
+    };
     use swarmtodo::client::{list_document_id, Connection};
     use swarmtodo::model::TodoList;
-    use swarmtodo::proto::{EventBody, Rule, Status, TaskPatch};
 
     let nats = NatsServer::start("hubs-sync");
     let dir = scratch("cluster-sync");
@@ -191,14 +192,8 @@ async fn sync_peers_at_any_hub_are_judged_by_the_authority_and_see_only_its_repa
     c_sb.sync(doc, &mut sb).await.unwrap();
     assert_eq!(sa.read().tasks.len(), 3, "the plan, through hub-b");
     assert_eq!(sb.read().tasks.len(), 3, "the plan, through hub-c");
-    let start = |id: &str| {
-        patch(vec![op(TaskPatch {
-            owner: Some(Some("bob".into())),
-            ..status(id, Status::InProgress)
-        })])
-    };
-    write(&mut sa, "sub-a", start("t2"));
-    write(&mut sb, "sub-b", start("t3"));
+    write(&mut sa, "sub-a", start_for_bob("t2"));
+    write(&mut sb, "sub-b", start_for_bob("t3"));
     let (ra, rb) = tokio::join!(c_sa.sync(doc, &mut sa), c_sb.sync(doc, &mut sb));
     ra.unwrap();
     rb.unwrap();
@@ -209,21 +204,7 @@ async fn sync_peers_at_any_hub_are_judged_by_the_authority_and_see_only_its_repa
     // Each writer, at whichever hub, was told of the one violation and its repair.
     for (who, conn) in [("sub-a", &mut c_sa), ("sub-b", &mut c_sb)] {
         let events = conn.take_events();
-        let violations: Vec<_> = events
-            .iter()
-            .filter_map(|e| match &e.body {
-                EventBody::Violation(v) => Some(v),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(violations.len(), 1, "{who}: {events:?}");
-        assert_eq!(violations[0].rule, Rule::SingleActive, "{who}");
-        assert!(
-            events
-                .iter()
-                .any(|e| matches!(e.body, EventBody::Repaired { .. })),
-            "{who}: {events:?}"
-        );
+        told_of_one_second_in_progress_and_its_repair(who, &events, &events);
     }
     // An observer joining at hub-b sees one task in progress, never two; all converge.
     let mut obs = TodoList::create(actor(4));

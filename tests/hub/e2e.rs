@@ -19,6 +19,38 @@ pub(crate) fn in_progress_for(list: &TodoList, owner: &str) -> usize {
         .count()
 }
 
+/// A write starting task `id` for owner bob.
+pub(crate) fn start_for_bob(id: &str) -> swarmtodo::proto::WriteRequest {
+    patch(vec![upsert(TaskPatch {
+        owner: Some(Some("bob".into())),
+        ..status(id, Status::InProgress)
+    })])
+}
+
+/// `events` tell writer `who` of one `single_active` violation and of its repair
+/// (`shown` in the failure message).
+pub(crate) fn told_of_one_second_in_progress_and_its_repair(
+    who: &str,
+    events: &[swarmtodo::proto::Event],
+    shown: &dyn std::fmt::Debug,
+) {
+    let violations: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::Violation(v) => Some(v),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(violations.len(), 1, "{who}: {shown:?}");
+    assert_eq!(violations[0].rule, Rule::SingleActive, "{who}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.body, EventBody::Repaired { .. })),
+        "{who}: {shown:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_clients_sync_through_the_hub_and_the_repair_reaches_everyone() {
     let dir = scratch("repair");
@@ -39,14 +71,8 @@ async fn rust_clients_sync_through_the_hub_and_the_repair_reaches_everyone() {
     c_a.sync(doc, &mut a).await.unwrap();
     c_b.sync(doc, &mut b).await.unwrap();
     assert_eq!(a.read().tasks.len(), 3);
-    let start = |id: &str| {
-        patch(vec![upsert(TaskPatch {
-            owner: Some(Some("bob".into())),
-            ..status(id, Status::InProgress)
-        })])
-    };
-    write(&mut a, "sub-a", start("t2"));
-    write(&mut b, "sub-b", start("t3"));
+    write(&mut a, "sub-a", start_for_bob("t2"));
+    write(&mut b, "sub-b", start_for_bob("t3"));
     let (ra, rb) = tokio::join!(c_a.sync(doc, &mut a), c_b.sync(doc, &mut b));
     ra.unwrap();
     rb.unwrap();
@@ -68,21 +94,7 @@ async fn rust_clients_sync_through_the_hub_and_the_repair_reaches_everyone() {
                     .to_owned()
             })
             .collect();
-        let violations: Vec<_> = events
-            .iter()
-            .filter_map(|e| match &e.body {
-                EventBody::Violation(v) => Some(v),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(violations.len(), 1, "{who}: {kinds:?}");
-        assert_eq!(violations[0].rule, Rule::SingleActive, "{who}");
-        assert!(
-            events
-                .iter()
-                .any(|e| matches!(e.body, EventBody::Repaired { .. })),
-            "{who}: {kinds:?}"
-        );
+        told_of_one_second_in_progress_and_its_repair(who, &events, &kinds);
         assert!(
             events.windows(2).all(|w| w[0].seq < w[1].seq),
             "{who}: {events:?}"

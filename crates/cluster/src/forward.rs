@@ -42,6 +42,19 @@ pub fn call_subject(hub: &str) -> String {
     format!("{CALL_SUBJECT_PREFIX}{hub}")
 }
 
+/// Subscribes to `subject`, the subscription on its way to the server when this returns.
+async fn subscribe(client: &Client, subject: String) -> Result<Subscriber, ClusterError> {
+    let subscribed = client
+        .subscribe(subject)
+        .await
+        .map_err(|e| ClusterError::JetStream(e.to_string()))?;
+    client
+        .flush()
+        .await
+        .map_err(|e| ClusterError::JetStream(e.to_string()))?;
+    Ok(subscribed)
+}
+
 /// Sends `body` to hub `to` and waits up to `wait` for its whole answer.
 pub(crate) async fn forward(
     client: &Client,
@@ -227,15 +240,7 @@ pub struct ForwardedCall {
 
 impl Forwarded {
     pub(crate) async fn subscribe(client: Client, hub: &str) -> Result<Forwarded, ClusterError> {
-        let calls = client
-            .subscribe(call_subject(hub))
-            .await
-            .map_err(|e| ClusterError::JetStream(e.to_string()))?;
-        // On its way to the server when this returns.
-        client
-            .flush()
-            .await
-            .map_err(|e| ClusterError::JetStream(e.to_string()))?;
+        let calls = subscribe(&client, call_subject(hub)).await?;
         Ok(Forwarded {
             client,
             calls,
@@ -307,14 +312,7 @@ impl SessionMessages {
         client: &Client,
         hub: &str,
     ) -> Result<SessionMessages, ClusterError> {
-        let messages = client
-            .subscribe(format!("{SESSION_SUBJECT_PREFIX}{hub}"))
-            .await
-            .map_err(|e| ClusterError::JetStream(e.to_string()))?;
-        client
-            .flush()
-            .await
-            .map_err(|e| ClusterError::JetStream(e.to_string()))?;
+        let messages = subscribe(client, format!("{SESSION_SUBJECT_PREFIX}{hub}")).await?;
         Ok(SessionMessages {
             messages,
             partial: Wholes::default(),

@@ -116,7 +116,33 @@ pub(crate) struct Outbox {
     pub(crate) queued_bytes: Arc<AtomicUsize>,
 }
 
+/// The writer's side of an [`Outbox`]: the frames queued, the close, and the bytes
+/// queued (the writer subtracts what it takes).
+pub(crate) struct OutboxReader {
+    pub(crate) frames: mpsc::Receiver<Vec<u8>>,
+    pub(crate) close: oneshot::Receiver<Close>,
+    pub(crate) queued_bytes: Arc<AtomicUsize>,
+}
+
 impl Outbox {
+    /// An outbox of [`OUTBOX_FRAMES_MAX`] frames, and its writer's side.
+    pub(crate) fn new() -> (Outbox, OutboxReader) {
+        let (frames, frames_rx) = mpsc::channel::<Vec<u8>>(OUTBOX_FRAMES_MAX);
+        let (close, close_rx) = oneshot::channel::<Close>();
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let reader = OutboxReader {
+            frames: frames_rx,
+            close: close_rx,
+            queued_bytes: queued_bytes.clone(),
+        };
+        let outbox = Outbox {
+            frames,
+            close,
+            queued_bytes,
+        };
+        (outbox, reader)
+    }
+
     pub(crate) fn close(self, close: Close) {
         let _ = self.close.send(close);
     }

@@ -9,12 +9,12 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{http, Message};
@@ -24,7 +24,7 @@ use swarmtodo_proto::wire::{DocumentId, MESSAGE_BYTES_MAX};
 use swarmtodo_store::Store;
 
 pub use crate::access::{Access, Tokens};
-use crate::channel::{Outbox, ToHub};
+use crate::channel::{Outbox, OutboxReader, ToHub};
 use crate::hub_task::hub_task;
 pub use crate::hub_task::ServeError;
 pub use crate::limits::*;
@@ -321,14 +321,12 @@ async fn serve_conn(conn: Conn, stream: TcpStream, from: Option<Slot<std::net::I
     // Counted under its address and token while it lives.
     let _counted = (from, token_slot);
     let (mut sink, mut stream) = ws.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(OUTBOX_FRAMES_MAX);
-    let (close_tx, mut close_rx) = oneshot::channel::<Close>();
-    let queued_bytes = Arc::new(AtomicUsize::new(0));
-    let outbox = Outbox {
-        frames: out_tx,
-        close: close_tx,
-        queued_bytes: queued_bytes.clone(),
-    };
+    let (outbox, reader) = Outbox::new();
+    let OutboxReader {
+        frames: mut out_rx,
+        close: mut close_rx,
+        queued_bytes,
+    } = reader;
     if to_hub
         .send(ToHub::Open {
             id,

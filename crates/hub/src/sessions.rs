@@ -17,18 +17,18 @@
 //! (`HubCore::hand_over`); frames it sends later for other lists go to the same hub.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use swarmtodo_cluster::{Cluster, SessionMessage};
 use swarmtodo_core::hub::{Close, ConnId, EventKinds, Handover, Identity, Input};
 use swarmtodo_proto::wire::{self, DocumentId, PeerId, WireMessage, PROTOCOL_VERSION};
 
-use crate::channel::{Outbox, ToHub};
+use crate::channel::{Outbox, OutboxReader, ToHub};
 use crate::cluster::until_moved;
 use crate::limits::{OUTBOX_FRAMES_MAX, SESSION_SILENT_MAX};
 
@@ -190,14 +190,12 @@ impl Sessions {
             }
         };
         let conn = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
-        let (frames, mut frames_rx) = mpsc::channel::<Vec<u8>>(OUTBOX_FRAMES_MAX);
-        let (close_tx, mut close_rx) = oneshot::channel::<Close>();
-        let queued_bytes = Arc::new(AtomicUsize::new(0));
-        let outbox = Outbox {
-            frames,
-            close: close_tx,
-            queued_bytes: queued_bytes.clone(),
-        };
+        let (outbox, reader) = Outbox::new();
+        let OutboxReader {
+            frames: mut frames_rx,
+            close: mut close_rx,
+            queued_bytes,
+        } = reader;
         self.lock().insert(
             m.session.clone(),
             Route::Held {
