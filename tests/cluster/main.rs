@@ -12,8 +12,10 @@ use automerge::{transaction::Transactable, Automerge, ROOT};
 use swarmtodo_cluster::limits::{
     FORWARD_BYTES_MAX, LEASE_TTL_MIN, LOG_PART_BYTES_MAX, LOG_RECORD_BYTES_MAX,
 };
-use swarmtodo_cluster::{headers, subject, Cluster, ClusterConfig, Entry, Tenure};
-use swarmtodo_store::{Batch, ChangeRecord, DocId, NewEvent, CHANGE_BYTES_MAX};
+use swarmtodo_cluster::{
+    headers, subject, Cluster, ClusterConfig, Entry, Logged, Snapshot, Tenure,
+};
+use swarmtodo_store::{Batch, ChangeRecord, DocId, NewEvent, CHANGE_BYTES_MAX, EVENT_BYTES_MAX};
 
 use common::NatsServer;
 
@@ -62,7 +64,7 @@ fn commits(read: &swarmtodo_cluster::Read) -> Vec<&Batch> {
         .iter()
         .filter_map(|r| match &r.entry {
             Entry::Commit(b) => Some(b),
-            Entry::Fence => None,
+            Entry::Fence | Entry::Snapshot(_) => None,
         })
         .collect()
 }
@@ -640,6 +642,7 @@ async fn audit(c: &Cluster, doc: DocId) -> (Vec<String>, usize) {
                 );
                 keys.push(b.reported[0].trim_start_matches("conflict:").to_owned());
             }
+            Entry::Snapshot(_) => panic!("this test's hubs roll nothing up"),
         }
     }
     (keys, fences)
@@ -788,10 +791,9 @@ async fn three_nats_servers_keep_the_log_and_the_leases_when_one_dies() {
     let mut servers = NatsServer::cluster("raft", 3);
     let urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
     let config = |hub: &str, url: String| ClusterConfig {
-        url,
-        hub: hub.to_owned(),
         replicas: 3,
         lease_ttl: LEASE_TTL_MIN,
+        ..ClusterConfig::new(url, hub)
     };
     // Both know all three servers.
     let (config_a, config_b) = (
@@ -941,4 +943,270 @@ async fn a_hub_taking_a_list_replays_the_log_into_its_own_store() {
     let e = replay_into(&mut db_c, doc, "plan", &read.records).unwrap_err();
     assert_eq!(e.code(), "cluster_store_ahead", "{e}");
     assert_eq!(db_c.last_event_seq(doc).unwrap(), 5, "nothing was written");
+}
+
+
+/// The list hub-a writes in the snapshot tests, kept as a hub keeps it: its document,
+/// and every event and key it committed.
+struct Written {
+    doc: Automerge,
+    events: Vec<NewEvent>,
+    reported: Vec<String>,
+}
+
+impl Written {
+    fn new() -> Written {
+        Written {
+            doc: Automerge::new().with_actor(automerge::ActorId::from([9; 16])),
+            events: Vec::new(),
+            reported: Vec::new(),
+        }
+    }
+
+    /// Commit `k`: one change, one event of `pad` more bytes, one key.
+    fn commit(&mut self, k: usize, pad: usize) -> Batch {
+        let mut tx = self.doc.transaction();
+        tx.put(ROOT, format!("t{}", k % 7), k as i64).unwrap();
+        tx.commit();
+        let change = self.doc.get_last_local_change().unwrap();
+        let event = serde_json::json!({ "k": k, "pad": "x".repeat(pad) });
+        let batch = Batch {
+            changes: vec![ChangeRecord::from_change(&change)],
+            events: vec![NewEvent::new("tasks_changed", &event).unwrap()],
+            reported: vec![format!("conflict:t{k}")],
+            summary: None,
+        };
+        self.events.extend(batch.events.clone());
+        self.reported.extend(batch.reported.clone());
+        batch
+    }
+
+    /// The list as written so far, as one snapshot.
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            document: self.doc.save(),
+            heads: self.doc.get_heads(),
+            batch: Batch {
+                events: self.events.clone(),
+                reported: self.reported.clone(),
+                ..Batch::default()
+            },
+        }
+    }
+}
+
+/// Rolls `t`'s log up into `s`, as a hub does: made for the log's point, then written.
+async fn roll_up(
+    c: &Cluster,
+    t: &mut Tenure,
+    s: &Snapshot,
+) -> Result<u64, swarmtodo_cluster::ClusterError> {
+    let at = t.begin_snapshot();
+    let kept = c.keep_snapshot(at, s).await?;
+    c.roll_up(t, kept).await
+}
+
+fn snapshots(read: &swarmtodo_cluster::Read) -> Vec<&Logged> {
+    read.records
+        .iter()
+        .filter(|r| matches!(r.entry, Entry::Snapshot(_)))
+        .collect()
+}
+
+/// A holder rolls its log up into a snapshot: the records before it are gone, a commit
+/// follows it as any other, and a hub whose store never saw the list replays the
+/// snapshot and what follows into the same document, events (numbered alike) and keys.
+/// A snapshot that does not carry the log's events is refused without writing, and a
+/// former holder's snapshot is refused by the log like its commits.
+#[tokio::test]
+async fn a_snapshot_rolls_the_log_up_and_a_hub_replays_it_into_the_same_list() {
+    use swarmtodo_cluster::replay_into;
+    use swarmtodo_store::Db;
+
+    let nats = NatsServer::start("rollup");
+    let a = hub(&nats, "hub-a").await;
+    let doc = DocId([60; 16]);
+    let mut t = a.take(doc).await.unwrap();
+    let mut w = Written::new();
+    let mut wrong = w.snapshot();
+    let e = roll_up(&a, &mut t, &wrong).await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        "cluster_snapshot_mismatch",
+        "not before the log was read: {e}"
+    );
+    t.caught_up(&a.read(doc, 0).await.unwrap().records);
+    assert_eq!(t.events(), Some(0));
+    for k in 0..20 {
+        a.append(&mut t, &w.commit(k, 10)).await.unwrap();
+    }
+    wrong.batch.events = w.events[1..].to_vec();
+    let e = roll_up(&a, &mut t, &wrong).await.unwrap_err();
+    assert_eq!(e.code(), "cluster_snapshot_mismatch", "{e}");
+    assert_eq!(a.read(doc, 0).await.unwrap().records.len(), 21, "nothing written");
+
+    let rolled = roll_up(&a, &mut t, &w.snapshot()).await.unwrap();
+    assert_eq!(t.last(), rolled);
+    for k in 20..23 {
+        a.append(&mut t, &w.commit(k, 10)).await.unwrap();
+    }
+    let read = a.read(doc, 0).await.unwrap();
+    assert_eq!(read.records.len(), 4, "the snapshot and three commits");
+    assert_eq!(read.records[0].seq, rolled);
+    let Entry::Snapshot(s) = &read.records[0].entry else {
+        panic!("{:?}", read.records[0]);
+    };
+    assert_eq!(s.batch.events.len(), 20);
+    assert_eq!(read.records[0].object, None, "small: in the message itself");
+    assert_eq!(commits(&read).len(), 3);
+
+    // A hub that never saw the list.
+    let dir = common::scratch("cluster-rollup");
+    let mut db_b = Db::open(dir.join("b.db")).unwrap();
+    let r = replay_into(&mut db_b, doc, "plan", &read.records).unwrap();
+    assert_eq!((r.changes, r.events), (23, 23));
+    let loaded = db_b.load(doc).unwrap().unwrap().rebuild().unwrap();
+    assert_eq!(loaded.get_heads(), w.doc.get_heads());
+    let events = db_b.events_since(doc, 0, 100).unwrap();
+    assert_eq!(events.len(), 23);
+    assert!(events
+        .iter()
+        .enumerate()
+        .all(|(i, e)| e.seq == i as u64 + 1 && e.json == w.events[i].json()));
+    let mut keys = w.reported.clone();
+    keys.sort();
+    assert_eq!(db_b.reported(doc).unwrap(), keys);
+    assert_eq!(
+        replay_into(&mut db_b, doc, "plan", &read.records).unwrap(),
+        Default::default(),
+        "a second replay adds nothing"
+    );
+    // One that holds the snapshot's heads (it compacted where the log was rolled up)
+    // gets none of its document's changes again: only the three commits'.
+    let mut db_c = Db::open(dir.join("c.db")).unwrap();
+    db_c.create_or_get_list("plan", doc).unwrap();
+    db_c.compact(doc, &s.document, &s.heads).unwrap();
+    let r = replay_into(&mut db_c, doc, "plan", &read.records).unwrap();
+    assert_eq!((r.changes, r.events), (3, 23), "{r:?}");
+    assert_eq!(
+        db_c.load(doc).unwrap().unwrap().rebuild().unwrap().get_heads(),
+        w.doc.get_heads()
+    );
+
+    // A snapshot made before the log moved on is refused without writing, and its
+    // object with it; the term goes on.
+    let at = t.begin_snapshot();
+    let stale = a.keep_snapshot(at, &w.snapshot()).await.unwrap();
+    a.append(&mut t, &w.commit(23, 10)).await.unwrap();
+    let e = a.roll_up(&mut t, stale).await.unwrap_err();
+    assert_eq!(e.code(), "cluster_snapshot_mismatch", "{e}");
+    let read = a.read(doc, 0).await.unwrap();
+    assert_eq!(read.records.len(), 5, "the snapshot and four commits");
+    a.renew(&mut t).await.unwrap();
+
+    // hub-a pauses past its lease; hub-b takes the list. hub-a's snapshot, written
+    // when it wakes up, is refused by the log, which stays as it was.
+    t.ignore_clock();
+    let b = hub(&nats, "hub-b").await;
+    let (mut tb, _) = take_when_free(&b, doc).await;
+    let e = roll_up(&a, &mut t, &w.snapshot()).await.unwrap_err();
+    assert_eq!(e.code(), "cluster_fenced", "{e}");
+    let after = a.read(doc, 0).await.unwrap();
+    assert_eq!(after.records.len(), 6, "the snapshot, four commits, the fence");
+    // hub-b reads the log and rolls it up in its turn.
+    tb.caught_up(&after.records);
+    assert_eq!((tb.events(), tb.since_snapshot()), (Some(24), 4));
+    roll_up(&b, &mut tb, &w.snapshot()).await.unwrap();
+    let last = b.read(doc, 0).await.unwrap();
+    assert_eq!(last.records.len(), 1);
+    assert_eq!(last.records[0].hub, "hub-b");
+}
+
+/// A snapshot larger than one message is kept in the object store and named by its
+/// rollup; the next snapshot's rollup deletes it. One at the size limit of a record is
+/// taken; one past it is refused before anything is written, and the term goes on.
+#[tokio::test]
+async fn a_snapshot_larger_than_a_message_is_kept_in_the_object_store_up_to_its_limit() {
+    let nats = NatsServer::start("rollup-object");
+    // A long lease: the largest snapshot takes a while, and this test renews between
+    // steps only.
+    let mut config = ClusterConfig::new(&nats.url, "hub-a");
+    config.lease_ttl = Duration::from_secs(120);
+    let a = Cluster::connect(&config).await.unwrap();
+    let doc = DocId([61; 16]);
+    let mut t = a.take(doc).await.unwrap();
+    t.caught_up(&a.read(doc, 0).await.unwrap().records);
+    let mut w = Written::new();
+    for k in 0..3 {
+        a.append(&mut t, &w.commit(k, 600_000)).await.unwrap();
+    }
+    roll_up(&a, &mut t, &w.snapshot()).await.unwrap();
+    let read = a.read(doc, 0).await.unwrap();
+    assert_eq!(snapshots(&read).len(), 1);
+    let first = read.records[0].object.clone().expect("kept in the object store");
+    let Entry::Snapshot(s) = &read.records[0].entry else {
+        panic!("{:?}", read.records[0]);
+    };
+    assert_eq!(s.batch.events, w.events);
+
+    let raw = async_nats::connect(&nats.url).await.unwrap();
+    let js = async_nats::jetstream::new(raw);
+    let objects = js
+        .get_object_store(swarmtodo_cluster::SNAPSHOT_BUCKET)
+        .await
+        .unwrap();
+    assert!(objects.get(&first).await.is_ok());
+
+    // At the limit: the events fill what the document and the keys leave.
+    let mut big = w.snapshot();
+    let fixed = swarmtodo_cluster::record::encode_snapshot(&big).unwrap().len();
+    let event = NewEvent::from_json("blob", format!("\"{}\"", "y".repeat(EVENT_BYTES_MAX - 2)))
+        .unwrap();
+    let per = 8 + event.kind().len() + event.json().len();
+    let room = LOG_RECORD_BYTES_MAX - fixed;
+    big.batch.events.extend(std::iter::repeat_n(event.clone(), room / per));
+    let rest = room % per;
+    if rest > 8 + 4 + 2 {
+        let last = NewEvent::from_json("blob", format!("\"{}\"", "z".repeat(rest - 8 - 4 - 2)))
+            .unwrap();
+        big.batch.events.push(last);
+    }
+    let bytes = swarmtodo_cluster::record::encode_snapshot(&big).unwrap().len();
+    assert!(LOG_RECORD_BYTES_MAX - bytes < per, "{bytes}");
+    // The log's events are what the snapshot carries (as a hub's store would).
+    t.caught_up(&[swarmtodo_cluster::Logged {
+        seq: t.last(),
+        hub: "hub-a".into(),
+        lease: t.lease().revision,
+        entry: Entry::Snapshot(Box::new(big.clone())),
+        object: Some(first.clone()),
+    }]);
+    let seq = roll_up(&a, &mut t, &big).await.unwrap();
+    assert!(
+        objects.get(&first).await.is_err(),
+        "the older snapshot's object is gone"
+    );
+    a.renew(&mut t).await.unwrap();
+    let read = a.read(doc, 0).await.unwrap();
+    assert_eq!(read.records.len(), 1);
+    assert_eq!(read.records[0].seq, seq);
+    let Entry::Snapshot(s) = &read.records[0].entry else {
+        panic!("{:?}", read.records[0]);
+    };
+    assert_eq!(s.batch.events.len(), big.batch.events.len());
+    drop(read);
+
+    big.batch.events.push(event);
+    t.caught_up(&[swarmtodo_cluster::Logged {
+        seq: t.last(),
+        hub: "hub-a".into(),
+        lease: t.lease().revision,
+        entry: Entry::Snapshot(Box::new(big.clone())),
+        object: None,
+    }]);
+    let e = roll_up(&a, &mut t, &big).await.unwrap_err();
+    assert_eq!(e.code(), "cluster_too_large", "{e}");
+    assert_eq!(a.last_seq(doc).await.unwrap(), seq, "nothing was written");
+    a.renew(&mut t).await.unwrap();
+    a.append(&mut t, &w.commit(9, 0)).await.unwrap();
 }

@@ -21,10 +21,21 @@ fn hub_with_lease(nats: &NatsServer, dir: &Path, id: &str, lease_ms: u64) -> Hub
     hub_on(&nats.url, dir, id, lease_ms)
 }
 
+/// Commits after which the hubs of these tests roll a list's log up (1,000 by default):
+/// every test that writes a little goes through snapshots, and hubs that take a list
+/// read one.
+const ROLLUP_AFTER_COMMITS: u64 = 25;
+
 /// Hub `id` of the cluster on the NATS at `url`, its store in `dir`, leases of `lease_ms`.
 fn hub_on(url: &str, dir: &Path, id: &str, lease_ms: u64) -> HubProc {
     let config = dir.join(format!("{id}.toml"));
-    std::fs::write(&config, format!("[cluster]\nlease_ms = {lease_ms}\n")).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "[cluster]\nlease_ms = {lease_ms}\nrollup_after_commits = {ROLLUP_AFTER_COMMITS}\n"
+        ),
+    )
+    .unwrap();
     HubProc::start_with(
         &dir.join(format!("{id}.db")),
         "127.0.0.1:0",
@@ -433,6 +444,7 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
     // Each acknowledged write and when it was sent.
     let acked: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let mut takeovers = Vec::new();
+    let mut audit = LogAudit::default();
     for cycle in 0..cycles {
         // A list nobody wrote for a while was given back: a read takes it again.
         let holder = loop {
@@ -485,6 +497,7 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
         for w in writers {
             w.await.unwrap();
         }
+        audit = audit.read_on(&observer, doc).await;
     }
     // Every acknowledged write is there, read through each hub alike.
     let mut want: Vec<String> = acked
@@ -501,22 +514,7 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
         let missing: Vec<&String> = want.iter().filter(|id| !got.contains(id)).collect();
         assert!(missing.is_empty(), "lost: {missing:?}");
     }
-    // One authority at a time: the log's stretches are each written by the hub whose
-    // fence opens it.
-    let read = observer.read(doc, 0).await.unwrap();
-    let mut writer: Option<String> = None;
-    let mut fences = 0;
-    for r in &read.records {
-        match &r.entry {
-            swarmtodo::cluster::Entry::Fence => {
-                fences += 1;
-                writer = Some(r.hub.clone());
-            }
-            swarmtodo::cluster::Entry::Commit(_) => {
-                assert_eq!(writer.as_deref(), Some(r.hub.as_str()), "record {}", r.seq);
-            }
-        }
-    }
+    let audit = audit.read_on(&observer, doc).await;
     let tenth = (cycles / 10).max(1);
     let (first, last) = (
         takeovers[..tenth].to_vec(),
@@ -527,15 +525,69 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
         t[t.len() / 2]
     };
     eprintln!(
-        "{cycles} kills: {} writes acknowledged at the other hubs, all kept; {fences} fences; \
-         takeover p50 {:?} (first tenth {:?}, last tenth {:?}), max {:?}",
+        "{cycles} kills: {} writes acknowledged at the other hubs, all kept; {} fences, {} terms, \
+         {} snapshots; takeover p50 {:?} (first tenth {:?}, last tenth {:?}), max {:?}",
         want.len(),
+        audit.fences,
+        audit.terms.len(),
+        audit.snapshots,
         p50(takeovers.clone()),
         p50(first),
         p50(last),
         takeovers.iter().max().unwrap()
     );
-    assert!(fences > cycles, "{fences} fences for {cycles} kills");
+    assert!(
+        audit.terms.len() > cycles,
+        "{} terms for {cycles} kills",
+        audit.terms.len()
+    );
+    assert!(
+        audit.snapshots as u64 >= want.len() as u64 / (2 * ROLLUP_AFTER_COMMITS),
+        "{} snapshots for {} writes",
+        audit.snapshots,
+        want.len()
+    );
+}
+
+/// What the log showed of one list, read after each cycle (a rollup drops what came
+/// before it): one authority at a time — every commit and snapshot is written by the
+/// term whose fence (or snapshot) opens its stretch — and the terms, fences and
+/// snapshots seen.
+#[derive(Default)]
+struct LogAudit {
+    after: u64,
+    writer: Option<(String, u64)>,
+    terms: std::collections::BTreeSet<(String, u64)>,
+    fences: usize,
+    snapshots: usize,
+}
+
+impl LogAudit {
+    async fn read_on(mut self, observer: &swarmtodo::cluster::Cluster, doc: swarmtodo::store::DocId) -> LogAudit {
+        use swarmtodo::cluster::Entry;
+        let read = observer.read(doc, self.after).await.unwrap();
+        for r in &read.records {
+            let term = (r.hub.clone(), r.lease);
+            match &r.entry {
+                Entry::Fence => {
+                    self.fences += 1;
+                    self.writer = Some(term.clone());
+                }
+                // A snapshot is fenced as a commit is: its writer held the list. Read
+                // after a rollup, it opens what is left of its term's stretch.
+                Entry::Snapshot(_) => {
+                    self.snapshots += 1;
+                    self.writer = Some(term.clone());
+                }
+                Entry::Commit(_) => {
+                    assert_eq!(self.writer.as_ref(), Some(&term), "record {}", r.seq);
+                }
+            }
+            self.terms.insert(term);
+        }
+        self.after = read.through;
+        self
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

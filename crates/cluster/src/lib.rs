@@ -6,7 +6,9 @@
 //!   keeps them by Raft).
 //! - The log (`log.rs`): a subject per list in one stream; a commit — a merge's
 //!   changes, its events and the keys they reported — is one record (in parts past
-//!   the size of a message), so a reader sees all of a commit or none of it.
+//!   the size of a message), so a reader sees all of a commit or none of it. The
+//!   holder rolls the log up into a snapshot of the list now and then, and the records
+//!   before it go.
 //! - The lease (`lease.rs`): a key per list in a bucket whose entries end after the
 //!   lease's time to live unless renewed; its revision is the fencing token.
 //! - The term (`tenure.rs`): taking a list fences its log, and every append names the
@@ -33,14 +35,20 @@ pub use self::forward::{
     OP, SESSION, SESSION_SUBJECT_PREFIX,
 };
 pub use self::lease::{Lease, LEASE_BUCKET};
-pub use self::log::{subject, Entry, Logged, Read, LOG_STREAM, LOG_SUBJECT_PREFIX};
+pub use self::log::{
+    subject, Entry, Logged, Read, LOG_STREAM, LOG_SUBJECT_PREFIX, SNAPSHOT_BUCKET,
+};
 /// The headers of a log record (docs/DESIGN.md §10).
 pub mod headers {
-    pub use crate::log::{HUB, KIND, LEASE, PART};
+    pub use crate::log::{HUB, KIND, LEASE, OBJECT, PART};
 }
-use self::limits::{HUB_ID_BYTES_MAX, LEASE_TTL_DEFAULT, LEASE_TTL_MIN, NATS_REQUEST_TIMEOUT};
+pub use self::record::Snapshot;
+use self::limits::{
+    HUB_ID_BYTES_MAX, LEASE_TTL_DEFAULT, LEASE_TTL_MIN, LOG_ROLLUP_AFTER_COMMITS,
+    NATS_REQUEST_TIMEOUT,
+};
 pub use self::replay::{replay_into, Replayed};
-pub use self::tenure::Tenure;
+pub use self::tenure::{KeptSnapshot, LogPoint, Tenure};
 
 /// The automerge-repo peer id every hub of a cluster answers `join` with and sends as:
 /// a sync peer carried to another hub (docs/DESIGN.md §10) hears the hub it joined and
@@ -59,6 +67,9 @@ pub struct ClusterConfig {
     pub replicas: usize,
     /// How long a lease lasts unless renewed ([`LEASE_TTL_DEFAULT`]).
     pub lease_ttl: Duration,
+    /// Commits a list's log takes after its last snapshot before the holder rolls it
+    /// up ([`LOG_ROLLUP_AFTER_COMMITS`]; at least 1).
+    pub rollup_after_commits: u64,
 }
 
 impl ClusterConfig {
@@ -69,6 +80,7 @@ impl ClusterConfig {
             hub: hub.into(),
             replicas: 1,
             lease_ttl: LEASE_TTL_DEFAULT,
+            rollup_after_commits: LOG_ROLLUP_AFTER_COMMITS,
         }
     }
 }
@@ -82,6 +94,7 @@ pub struct Cluster {
     runtime: tokio::runtime::Handle,
     log: log::Log,
     leases: lease::Leases,
+    rollup_after: u64,
 }
 
 impl Cluster {
@@ -106,6 +119,11 @@ impl Cluster {
                 "a lease of {:?} is shorter than the {LEASE_TTL_MIN:?} allowed",
                 config.lease_ttl
             )));
+        }
+        if config.rollup_after_commits == 0 {
+            return Err(ClusterError::BadConfig(
+                "rollup_after_commits is 0: give at least 1".to_owned(),
+            ));
         }
         if !matches!(config.replicas, 1 | 3) {
             return Err(ClusterError::BadConfig(format!(
@@ -132,6 +150,7 @@ impl Cluster {
             runtime: tokio::runtime::Handle::current(),
             log,
             leases,
+            rollup_after: config.rollup_after_commits,
         })
     }
 
@@ -271,6 +290,20 @@ pub enum ClusterError {
         /// The sequence the append named.
         expected: u64,
     },
+    /// A snapshot does not carry the events the log holds: it is not the list as the
+    /// log holds it, and is not written.
+    #[error(
+        "a snapshot of list {doc} carries {carried} events where the log holds {logged:?}: \
+         the hub's store and the log differ; the log is left as it is"
+    )]
+    SnapshotMismatch {
+        /// The list.
+        doc: DocId,
+        /// The events the log holds (`None`: the holder has not read it).
+        logged: Option<u64>,
+        /// The events the snapshot carries.
+        carried: u64,
+    },
     /// A record is larger than its limit.
     #[error("{what} is {bytes} bytes, more than the {max} allowed")]
     TooLarge {
@@ -351,6 +384,7 @@ impl ClusterError {
             ClusterError::LeaseExpired { .. } => "cluster_lease_expired",
             ClusterError::Fenced { .. } => "cluster_fenced",
             ClusterError::TooLarge { .. } => "cluster_too_large",
+            ClusterError::SnapshotMismatch { .. } => "cluster_snapshot_mismatch",
             ClusterError::NoResponder { .. } => "cluster_no_responder",
             ClusterError::ForwardTimeout { .. } => "cluster_forward_timeout",
             ClusterError::BadForward { .. } => "cluster_bad_forward",

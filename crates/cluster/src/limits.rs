@@ -15,6 +15,11 @@ pub const LOG_RECORD_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Most parts of one record.
 pub const LOG_RECORD_PARTS_MAX: usize = LOG_RECORD_BYTES_MAX.div_ceil(LOG_PART_BYTES_MAX);
 
+/// How many commits a list's log takes after its last snapshot (or its start) before
+/// the holder rolls it up into a new one, by default: a hub taking the list reads the
+/// snapshot and at most about this many commits.
+pub const LOG_ROLLUP_AFTER_COMMITS: u64 = 1_000;
+
 /// Longest hub id, in bytes (it names the holder of a lease and the writer of a record).
 pub const HUB_ID_BYTES_MAX: usize = 128;
 

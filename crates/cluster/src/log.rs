@@ -11,8 +11,17 @@
 //! before, so nothing can come between them but a fence: a commit whose writer died
 //! half-way is cut by the next holder's fence and readers drop it. It was never
 //! acknowledged, so nothing acknowledged is lost.
+//!
+//! A snapshot (`record::Snapshot`: the list as the log holds it) is a rollup: the
+//! holder appends it like a commit, after the last record it wrote, with
+//! `Nats-Rollup: sub`, and the server drops every earlier message of the list's
+//! subject. The log stays as long as what happened since the last compaction, and a
+//! hub taking the list reads the snapshot and what follows. A snapshot larger than one
+//! message goes to the object store first (`SNAPSHOT_BUCKET`, under a name of its own)
+//! and the rollup names it: the rollup is one message, whole or absent, and an object
+//! whose rollup was refused is never read.
 
-use async_nats::jetstream::{self, consumer, context::PublishErrorKind, stream};
+use async_nats::jetstream::{self, consumer, context::PublishErrorKind, object_store, stream};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -22,6 +31,7 @@ use crate::limits::{
     LOG_PART_BYTES_MAX, LOG_RECORD_BYTES_MAX, LOG_RECORD_PARTS_MAX, NATS_REQUEST_TIMEOUT,
     READ_BATCH_BYTES, READ_BATCH_MESSAGES, READ_CONSUMER_IDLE,
 };
+use crate::record::Snapshot;
 use crate::{record, ClusterError};
 
 /// The stream of every list's log.
@@ -37,6 +47,11 @@ pub const HUB: &str = "Swarmtodo-Hub";
 pub const LEASE: &str = "Swarmtodo-Lease";
 /// The header numbering a commit's parts: `i/n`, from 1.
 pub const PART: &str = "Swarmtodo-Part";
+/// The header of a snapshot kept in the object store: the object's name.
+pub const OBJECT: &str = "Swarmtodo-Object";
+
+/// The object store where snapshots larger than one message are kept.
+pub const SNAPSHOT_BUCKET: &str = "swarmtodo-snapshots";
 
 /// The subject of list `doc`'s log.
 pub fn subject(doc: DocId) -> String {
@@ -54,6 +69,8 @@ pub struct Logged {
     pub lease: u64,
     /// What it holds.
     pub entry: Entry,
+    /// The object that keeps it (a snapshot larger than one message).
+    pub object: Option<String>,
 }
 
 /// What a record holds.
@@ -63,6 +80,8 @@ pub enum Entry {
     Commit(Batch),
     /// A new authority took the list here.
     Fence,
+    /// The list as the log held it here: every record before it is gone (a rollup).
+    Snapshot(Box<Snapshot>),
 }
 
 /// A read of a list's log.
@@ -84,16 +103,24 @@ pub(crate) struct Label<'a> {
 }
 
 /// The log stream of a cluster.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Log {
     js: jetstream::Context,
     stream: stream::Stream,
+    objects: object_store::ObjectStore,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log").field("stream", &LOG_STREAM).finish()
+    }
 }
 
 impl Log {
     /// Opens the log stream, creating it with `replicas` copies if it does not exist.
     pub(crate) async fn open(js: jetstream::Context, replicas: usize) -> Result<Log, ClusterError> {
-        let stream = js
+        let failed = |e: String| ClusterError::JetStream(format!("the log stream {LOG_STREAM}: {e}"));
+        let mut stream = js
             .get_or_create_stream(stream::Config {
                 name: LOG_STREAM.to_owned(),
                 subjects: vec![format!("{LOG_SUBJECT_PREFIX}*")],
@@ -102,12 +129,45 @@ impl Log {
                 // Room for a part's headers beside its payload.
                 max_message_size: i32::try_from(LOG_PART_BYTES_MAX + 16 * 1024).unwrap_or(i32::MAX),
                 allow_direct: true,
+                allow_rollup: true,
                 deny_delete: true,
                 ..Default::default()
             })
             .await
-            .map_err(|e| ClusterError::JetStream(format!("the log stream {LOG_STREAM}: {e}")))?;
-        Ok(Log { js, stream })
+            .map_err(|e| failed(e.to_string()))?;
+        // A log made before snapshots allows rollups from now on.
+        let config = stream.cached_info().config.clone();
+        if !config.allow_rollup {
+            js.update_stream(stream::Config {
+                allow_rollup: true,
+                ..config
+            })
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+            stream = js
+                .get_stream(LOG_STREAM)
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+        }
+        let objects = match js.get_object_store(SNAPSHOT_BUCKET).await {
+            Ok(o) => o,
+            Err(_) => js
+                .create_object_store(object_store::Config {
+                    bucket: SNAPSHOT_BUCKET.to_owned(),
+                    storage: stream::StorageType::File,
+                    num_replicas: replicas,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| {
+                    ClusterError::JetStream(format!("the snapshots' bucket {SNAPSHOT_BUCKET}: {e}"))
+                })?,
+        };
+        Ok(Log {
+            js,
+            stream,
+            objects,
+        })
     }
 
     /// The sequence of the last message on `doc`'s subject (0: none).
@@ -154,6 +214,62 @@ impl Log {
             last = self.publish(doc, last, headers, part).await?;
         }
         Ok(last)
+    }
+
+    /// Encodes `snapshot` for a rollup by `label` after `expected`: the message's
+    /// payload, or — past one message — an empty payload and the name of the object
+    /// now keeping it. `cluster_too_large` past the limit of a record.
+    pub(crate) async fn keep(
+        &self,
+        doc: DocId,
+        expected: u64,
+        label: &Label<'_>,
+        snapshot: &Snapshot,
+    ) -> Result<(Bytes, Option<String>), ClusterError> {
+        let bytes = record::encode_snapshot(snapshot)?;
+        if bytes.len() <= LOG_PART_BYTES_MAX {
+            return Ok((Bytes::from(bytes), None));
+        }
+        // Named after the list, the writer's lease and where the log ends: no other
+        // rollup names the same object.
+        let name = format!("{doc}.{}.{expected}", label.lease);
+        self.objects
+            .put(name.as_str(), &mut bytes.as_slice())
+            .await
+            .map_err(|e| ClusterError::JetStream(format!("keeping the snapshot of {doc}: {e}")))?;
+        Ok((Bytes::new(), Some(name)))
+    }
+
+    /// Appends a snapshot kept by [`Log::keep`] as a rollup after `expected`: every
+    /// earlier record of the list goes. Its sequence. Refused like a commit when the
+    /// log moved past `expected` (`cluster_fenced`); the object it names is then
+    /// deleted.
+    pub(crate) async fn roll_up(
+        &self,
+        doc: DocId,
+        expected: u64,
+        label: &Label<'_>,
+        (payload, object): (Bytes, Option<String>),
+    ) -> Result<u64, ClusterError> {
+        let mut headers = headers("snapshot", label, None);
+        headers.insert("Nats-Rollup", "sub");
+        if let Some(name) = &object {
+            headers.insert(OBJECT, name.as_str());
+        }
+        let rolled = self.publish(doc, expected, headers, payload).await;
+        if rolled.is_err() {
+            if let Some(name) = &object {
+                self.forget_object(name).await;
+            }
+        }
+        rolled
+    }
+
+    /// Deletes a snapshot's object that no rollup names any more.
+    pub(crate) async fn forget_object(&self, name: &str) {
+        if let Err(e) = self.objects.delete(name).await {
+            tracing::info!(object = name, error = %e, "a snapshot's object stays");
+        }
     }
 
     async fn publish(
@@ -238,7 +354,11 @@ impl Log {
                 let seq = m.info().map_err(|e| failed(e.to_string()))?.stream_sequence;
                 seen = seq;
                 let headers = m.headers.clone().unwrap_or_default();
-                parts.take(seq, &headers, m.payload.clone(), &mut read)?;
+                let payload = match headers.get(OBJECT) {
+                    Some(name) => self.object(doc, seq, name.as_str()).await?,
+                    None => m.payload.clone(),
+                };
+                parts.take(seq, &headers, payload, &mut read)?;
                 if seq >= end {
                     break;
                 }
@@ -255,6 +375,34 @@ impl Log {
             tracing::debug!(%doc, error = %e, "a read's consumer stays until it times out");
         }
         Ok(read)
+    }
+
+    /// The bytes of the snapshot kept as object `name`, named by record `seq`.
+    async fn object(&self, doc: DocId, seq: u64, name: &str) -> Result<Bytes, ClusterError> {
+        use tokio::io::AsyncReadExt;
+        let failed = |e: String| {
+            ClusterError::JetStream(format!(
+                "reading the snapshot of {doc} (record {seq}, object {name}): {e}"
+            ))
+        };
+        let mut object = self
+            .objects
+            .get(name)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let size = object.info().size;
+        if size > LOG_RECORD_BYTES_MAX {
+            return Err(ClusterError::CorruptRecord {
+                seq,
+                reason: format!("a snapshot of {size} bytes, more than {LOG_RECORD_BYTES_MAX}"),
+            });
+        }
+        let mut bytes = Vec::with_capacity(size);
+        object
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        Ok(Bytes::from(bytes))
     }
 }
 
@@ -301,6 +449,19 @@ impl Parts {
                     hub,
                     lease,
                     entry: Entry::Fence,
+                    object: None,
+                });
+                read.through = seq;
+            }
+            Some("snapshot") => {
+                self.abandon(read);
+                let snapshot = record::decode_snapshot(&payload, seq)?;
+                read.records.push(Logged {
+                    seq,
+                    hub,
+                    lease,
+                    entry: Entry::Snapshot(Box::new(snapshot)),
+                    object: get(OBJECT),
                 });
                 read.through = seq;
             }
@@ -345,6 +506,7 @@ impl Parts {
                         hub,
                         lease,
                         entry: Entry::Commit(batch),
+                        object: None,
                     });
                     read.through = seq;
                 }

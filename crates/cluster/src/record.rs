@@ -7,9 +7,10 @@
 //! so decoding checks every length against what is left and against the store's limits
 //! before it allocates.
 
+use automerge::ChangeHash;
 use swarmtodo_store::{
     Batch, ChangeRecord, NewEvent, BATCH_ITEMS_MAX, CHANGE_BYTES_MAX, EVENT_BYTES_MAX,
-    EVENT_KIND_BYTES_MAX, REPORTED_KEY_BYTES_MAX,
+    EVENT_KIND_BYTES_MAX, REPORTED_KEY_BYTES_MAX, SNAPSHOT_BYTES_MAX, SNAPSHOT_HEADS_MAX,
 };
 
 use crate::limits::LOG_RECORD_BYTES_MAX;
@@ -17,6 +18,80 @@ use crate::ClusterError;
 
 /// The first bytes of every encoded commit (and its format's version).
 const MAGIC: &[u8; 4] = b"STC1";
+
+/// The first bytes of every encoded snapshot (and its format's version).
+const SNAPSHOT_MAGIC: &[u8; 4] = b"STS1";
+
+/// A list as its log holds it through one record: what a rollup puts in place of the
+/// records before it (`log.rs`). The document is the list's last compaction
+/// (`Automerge::save()`, with its heads) and the changes since; the events are all of
+/// the list's events, in order; the keys all that were reported.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// `Automerge::save()` of the list at its last compaction (empty: none yet).
+    pub document: Vec<u8>,
+    /// The heads `document` covers.
+    pub heads: Vec<ChangeHash>,
+    /// The changes since `document`, in the order they were applied; with the
+    /// document, every event and every key, the list as the log had it.
+    pub batch: Batch,
+}
+
+/// Encodes a snapshot: its document and heads, then its batch as [`encode`] does.
+/// Fails with `cluster_too_large` past [`LOG_RECORD_BYTES_MAX`].
+pub fn encode_snapshot(snapshot: &Snapshot) -> Result<Vec<u8>, ClusterError> {
+    let batch = encode(&snapshot.batch)?;
+    let size = SNAPSHOT_MAGIC.len() + 8 + snapshot.document.len() + 32 * snapshot.heads.len();
+    if size + batch.len() > LOG_RECORD_BYTES_MAX {
+        return Err(ClusterError::TooLarge {
+            what: "a snapshot record",
+            bytes: size + batch.len(),
+            max: LOG_RECORD_BYTES_MAX,
+        });
+    }
+    let mut out = Vec::with_capacity(size + batch.len());
+    out.extend_from_slice(SNAPSHOT_MAGIC);
+    put_bytes(&mut out, &snapshot.document);
+    put_count(&mut out, snapshot.heads.len());
+    for h in &snapshot.heads {
+        out.extend_from_slice(&h.0);
+    }
+    out.extend_from_slice(&batch);
+    Ok(out)
+}
+
+/// Decodes a snapshot written by [`encode_snapshot`], with every check of [`decode`]
+/// for its batch. `seq` names the record in the error.
+pub fn decode_snapshot(bytes: &[u8], seq: u64) -> Result<Snapshot, ClusterError> {
+    let bad = |reason: String| ClusterError::CorruptRecord { seq, reason };
+    let mut r = Reader { bytes, at: 0 };
+    if r.take(SNAPSHOT_MAGIC.len()).map_err(&bad)? != SNAPSHOT_MAGIC {
+        return Err(bad("not a swarmtodo snapshot (bad magic)".to_owned()));
+    }
+    let document = r
+        .item("a snapshot's document", SNAPSHOT_BYTES_MAX)
+        .map_err(&bad)?
+        .to_vec();
+    let n = r.count("heads").map_err(&bad)?;
+    if n > SNAPSHOT_HEADS_MAX {
+        return Err(bad(format!(
+            "{n} heads, more than the {SNAPSHOT_HEADS_MAX} allowed"
+        )));
+    }
+    let mut heads = Vec::with_capacity(n);
+    for _ in 0..n {
+        let h = r.take(32).map_err(&bad)?;
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(h);
+        heads.push(ChangeHash(hash));
+    }
+    let batch = decode(&bytes[r.at..], seq)?;
+    Ok(Snapshot {
+        document,
+        heads,
+        batch,
+    })
+}
 
 /// Encodes the changes, events and reported keys of `batch` (its summary is the lists
 /// index's, not the log's). Fails with `cluster_too_large` past [`LOG_RECORD_BYTES_MAX`].
@@ -199,6 +274,30 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("1 bytes after"));
+    }
+
+    #[test]
+    fn a_snapshot_comes_back_as_it_went_in_and_every_cut_is_refused() {
+        let mut doc = Automerge::new();
+        let mut tx = doc.transaction();
+        tx.put(ROOT, "k", "v").ok();
+        tx.commit();
+        let s = Snapshot {
+            document: doc.save(),
+            heads: doc.get_heads(),
+            batch: batch(),
+        };
+        let bytes = encode_snapshot(&s).unwrap();
+        assert_eq!(decode_snapshot(&bytes, 1).unwrap(), s);
+        for n in 0..bytes.len() {
+            let e = decode_snapshot(&bytes[..n], 7).unwrap_err();
+            assert_eq!(e.code(), "cluster_corrupt_record", "cut at {n}");
+        }
+        let commit = encode(&batch()).unwrap();
+        assert!(decode_snapshot(&commit, 2)
+            .unwrap_err()
+            .to_string()
+            .contains("not a swarmtodo snapshot"));
     }
 
     #[test]

@@ -7,10 +7,17 @@
 //! hash, by key). Events carry no identity but their place: a list's events are
 //! numbered by their order in the log, so the store's last `seq` says how many of the
 //! log's events it holds, and only those after it are added.
+//!
+//! A log rolled up starts with a snapshot, which carries every event and key of the
+//! list and its document: the document's changes are added only when the store lacks
+//! one of its heads (a store that took part in the list's history has them).
 
-use swarmtodo_store::{Batch, Db, DocId};
+use std::borrow::Cow;
+
+use swarmtodo_store::{Batch, ChangeRecord, Db, DocId};
 
 use crate::log::{Entry, Logged};
+use crate::record::Snapshot;
 use crate::ClusterError;
 
 /// What a replay added to the store.
@@ -24,7 +31,8 @@ pub struct Replayed {
     pub events: usize,
 }
 
-/// Replays `records` — list `doc`'s log from its start, in order — into `db`, where
+/// Replays `records` — list `doc`'s log from its start or a snapshot, in order; what
+/// comes before its last snapshot is passed over — into `db`, where
 /// the list is named `name` if the store does not know it yet. Refused with
 /// `cluster_store_ahead` (and nothing written) when the store holds more of the list's
 /// events than the log: it was written outside the cluster.
@@ -34,10 +42,16 @@ pub fn replay_into(
     name: &str,
     records: &[Logged],
 ) -> Result<Replayed, ClusterError> {
+    let from = records
+        .iter()
+        .rposition(|r| matches!(r.entry, Entry::Snapshot(_)))
+        .unwrap_or(0);
+    let records = &records[from..];
     let in_log: u64 = records
         .iter()
         .map(|r| match &r.entry {
             Entry::Commit(b) => b.events.len() as u64,
+            Entry::Snapshot(s) => s.batch.events.len() as u64,
             Entry::Fence => 0,
         })
         .sum();
@@ -53,8 +67,10 @@ pub fn replay_into(
     let mut seen: u64 = 0;
     let mut rests = Vec::new();
     for r in records {
-        let Entry::Commit(batch) = &r.entry else {
-            continue;
+        let batch = match &r.entry {
+            Entry::Commit(b) => Cow::Borrowed(b),
+            Entry::Snapshot(s) => Cow::Owned(as_batch(db, doc, known, s, r.seq)?),
+            Entry::Fence => continue,
         };
         let held = stored_events
             .saturating_sub(seen)
@@ -87,4 +103,36 @@ pub fn replay_into(
         out.events += commit.seqs.len();
     }
     Ok(out)
+}
+
+/// Snapshot `s` (record `seq`) as one batch for `db`: its changes, events and keys,
+/// and its document's changes unless the store holds its heads.
+fn as_batch(
+    db: &Db,
+    doc: DocId,
+    known: bool,
+    s: &Snapshot,
+    seq: u64,
+) -> Result<Batch, ClusterError> {
+    let mut batch = s.batch.clone();
+    if s.document.is_empty() || (known && db.holds_heads(doc, &s.heads)?) {
+        return Ok(batch);
+    }
+    let bad = |reason: String| ClusterError::CorruptRecord { seq, reason };
+    let document = automerge::Automerge::load(&s.document)
+        .map_err(|e| bad(format!("a snapshot's document does not load: {e}")))?;
+    let (mut got, mut want) = (document.get_heads(), s.heads.clone());
+    got.sort();
+    want.sort();
+    if got != want {
+        return Err(bad("a snapshot's document is not at its heads".to_owned()));
+    }
+    let mut changes: Vec<ChangeRecord> = document
+        .get_changes(&[])
+        .into_iter()
+        .map(|c| ChangeRecord::from_change(&c))
+        .collect();
+    changes.append(&mut batch.changes);
+    batch.changes = changes;
+    Ok(batch)
 }

@@ -12,8 +12,32 @@ use swarmtodo_store::{Batch, DocId};
 
 use crate::lease::Lease;
 use crate::limits::FENCE_ATTEMPTS_MAX;
-use crate::log::Label;
+use crate::log::{Entry, Label, Logged};
+use crate::record::Snapshot;
 use crate::{record, Cluster, ClusterError};
+
+/// Where a holder's log stands: the list, the holder's lease, the last record, and
+/// how many events the log holds up to it (once the holder read it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogPoint {
+    /// The list.
+    pub doc: DocId,
+    /// The revision of the holder's lease.
+    pub lease: u64,
+    /// The sequence of the last record.
+    pub last: u64,
+    /// The events the log holds up to it, if known.
+    pub events: Option<u64>,
+}
+
+/// A snapshot encoded for its rollup ([`Cluster::keep_snapshot`]).
+#[derive(Debug)]
+pub struct KeptSnapshot {
+    at: LogPoint,
+    events: u64,
+    /// The message's payload, and the object keeping the snapshot past one message.
+    kept: (bytes::Bytes, Option<String>),
+}
 
 /// One hub's term as authority of one list.
 #[derive(Debug)]
@@ -25,6 +49,14 @@ pub struct Tenure {
     ended: bool,
     /// [`Tenure::ignore_clock`].
     clock_ignored: bool,
+    /// How many events the log holds up to [`Tenure::last`], once the holder read it
+    /// ([`Tenure::caught_up`]): a snapshot must carry exactly these.
+    events: Option<u64>,
+    /// The object keeping the list's last snapshot, if it is kept in one: deleted when
+    /// a newer snapshot takes its place.
+    object: Option<String>,
+    /// Commits in the log after its last snapshot (or its start), once known.
+    since_snapshot: u64,
 }
 
 impl Tenure {
@@ -46,6 +78,59 @@ impl Tenure {
     /// True while this holder may append: the term did not end and the lease is live.
     pub fn is_live(&self) -> bool {
         !self.ended && self.lease.is_live()
+    }
+
+    /// Tells the term what the log held when this holder read it up to its fence
+    /// (`records`, from the log's start or its last snapshot): how many events, and
+    /// which object keeps its snapshot. Until then the holder writes no snapshot.
+    pub fn caught_up(&mut self, records: &[Logged]) {
+        let from = records
+            .iter()
+            .rposition(|r| matches!(r.entry, Entry::Snapshot(_)))
+            .unwrap_or(0);
+        let (mut events, mut commits) = (0u64, 0u64);
+        for r in &records[from..] {
+            match &r.entry {
+                Entry::Commit(b) => {
+                    events += b.events.len() as u64;
+                    commits += 1;
+                }
+                Entry::Snapshot(s) => events += s.batch.events.len() as u64,
+                Entry::Fence => {}
+            }
+        }
+        self.events = Some(events);
+        self.since_snapshot = commits;
+        self.object = records.get(from).and_then(|r| r.object.clone());
+    }
+
+    /// How many events the log holds up to [`Tenure::last`], if known
+    /// ([`Tenure::caught_up`]).
+    pub fn events(&self) -> Option<u64> {
+        self.events
+    }
+
+    /// How many commits the log holds after its last snapshot (or its start), as far
+    /// as this holder knows.
+    pub fn since_snapshot(&self) -> u64 {
+        self.since_snapshot
+    }
+
+    /// Where the log stands now: what a snapshot made from the holder's store is for.
+    pub fn point(&self) -> LogPoint {
+        LogPoint {
+            doc: self.doc(),
+            lease: self.lease.revision,
+            last: self.last,
+            events: self.events,
+        }
+    }
+
+    /// [`Tenure::point`], for a snapshot about to be made: the log is not due for
+    /// another before as many commits more, whether this one lands or not.
+    pub fn begin_snapshot(&mut self) -> LogPoint {
+        self.since_snapshot = 0;
+        self.point()
     }
 
     /// Plays a holder whose clock stopped — a process paused after it checked its
@@ -81,6 +166,9 @@ impl Cluster {
                         last,
                         ended: false,
                         clock_ignored: false,
+                        events: None,
+                        object: None,
+                        since_snapshot: 0,
                     });
                 }
                 // The former holder's last appends landed in between: fence after them.
@@ -120,6 +208,10 @@ impl Cluster {
         {
             Ok(last) => {
                 tenure.last = last;
+                if let Some(n) = &mut tenure.events {
+                    *n += batch.events.len() as u64;
+                }
+                tenure.since_snapshot += 1;
                 Ok(last)
             }
             Err(e) => {
@@ -130,6 +222,104 @@ impl Cluster {
                 Err(e)
             }
         }
+    }
+
+    /// Encodes `snapshot` — the list as the log holds it at `at` (from
+    /// [`Tenure::begin_snapshot`]) — for [`Cluster::roll_up`], keeping it in the object
+    /// store when it is larger than one message. The term is not needed meanwhile:
+    /// its lease goes on being renewed. Refused when the snapshot does not carry
+    /// exactly the log's events (`cluster_snapshot_mismatch`: it is not the list as the
+    /// log holds it) or the holder has not read the log ([`Tenure::caught_up`]), and
+    /// past [`LOG_RECORD_BYTES_MAX`](crate::limits::LOG_RECORD_BYTES_MAX)
+    /// (`cluster_too_large`).
+    pub async fn keep_snapshot(
+        &self,
+        at: LogPoint,
+        snapshot: &Snapshot,
+    ) -> Result<KeptSnapshot, ClusterError> {
+        let carried = snapshot.batch.events.len() as u64;
+        if at.events != Some(carried) {
+            return Err(ClusterError::SnapshotMismatch {
+                doc: at.doc,
+                logged: at.events,
+                carried,
+            });
+        }
+        let label = Label {
+            hub: &self.hub,
+            lease: at.lease,
+        };
+        let kept = self.log.keep(at.doc, at.last, &label, snapshot).await?;
+        Ok(KeptSnapshot {
+            at,
+            events: carried,
+            kept,
+        })
+    }
+
+    /// Appends a kept snapshot as a rollup: the log's earlier records go. Its
+    /// sequence. Refused without writing when the log moved since the snapshot's point
+    /// (`cluster_snapshot_mismatch`) or the lease is not live by this hub's count, and
+    /// by the log when another hub fenced it; either way but the first, the term is
+    /// over, as after an append.
+    pub async fn roll_up(
+        &self,
+        tenure: &mut Tenure,
+        snapshot: KeptSnapshot,
+    ) -> Result<u64, ClusterError> {
+        let doc = tenure.doc();
+        let object = snapshot.kept.1.clone();
+        let refused = |e: ClusterError| async {
+            if let Some(name) = &object {
+                self.log.forget_object(name).await;
+            }
+            Err(e)
+        };
+        if tenure.ended {
+            return refused(ClusterError::LeaseLost { doc }).await;
+        }
+        if tenure.point() != snapshot.at {
+            return refused(ClusterError::SnapshotMismatch {
+                doc,
+                logged: tenure.events,
+                carried: snapshot.events,
+            })
+            .await;
+        }
+        if !tenure.clock_ignored && !tenure.lease.is_live() {
+            tenure.ended = true;
+            return refused(ClusterError::LeaseExpired { doc }).await;
+        }
+        let label = Label {
+            hub: &self.hub,
+            lease: tenure.lease.revision,
+        };
+        match self
+            .log
+            .roll_up(doc, tenure.last, &label, snapshot.kept)
+            .await
+        {
+            Ok(seq) => {
+                tenure.last = seq;
+                let old = std::mem::replace(&mut tenure.object, object);
+                if let Some(old) = old {
+                    self.log.forget_object(&old).await;
+                }
+                tracing::debug!(%doc, seq, events = snapshot.events, "log rolled up into a snapshot");
+                Ok(seq)
+            }
+            Err(e) => {
+                tenure.ended = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// True when `tenure`'s log is due to be rolled up: it took
+    /// [`ClusterConfig::rollup_after_commits`](crate::ClusterConfig) commits since its
+    /// last snapshot, and the holder knows what it holds ([`Tenure::caught_up`]).
+    pub fn rollup_due(&self, tenure: &Tenure) -> bool {
+        tenure.events.is_some() && tenure.since_snapshot >= self.rollup_after
     }
 
     /// Renews the lease of `tenure`; refused (and the term over) once another hub

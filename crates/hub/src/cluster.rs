@@ -12,11 +12,11 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
-use swarmtodo_cluster::{replay_into, Cluster, ClusterError, Replayed, Tenure};
+use swarmtodo_cluster::{replay_into, Cluster, ClusterError, Replayed, Snapshot, Tenure};
 use swarmtodo_core::hub::Stored;
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_store::persist::doc_id;
-use swarmtodo_store::{Batch, Store};
+use swarmtodo_store::{Batch, ChangeRecord, NewEvent, Store};
 
 use crate::channel::{ToHub, Unavailable};
 use crate::limits::HOLDERS_KNOWN_MAX;
@@ -104,6 +104,9 @@ impl ClusterSide {
         }
         let replayed = match self.cluster.read(id, 0).await {
             Ok(read) if read.through >= through => {
+                if let Some(term) = self.term(&doc) {
+                    term.lock().await.caught_up(&read.records);
+                }
                 let name = doc.to_string();
                 store
                     .with_db(move |db| Ok(replay_into(db, id, &name, &read.records)))
@@ -166,6 +169,45 @@ impl ClusterSide {
                 self.forget_term(&doc, &term);
                 Err(Stored::Elsewhere(lost_why(&e)))
             }
+        }
+    }
+
+    /// When list `doc`'s log is due for it, rolls it up into a snapshot of the list as
+    /// the store holds it (the store holds all that this hub appended: it is called
+    /// after the store's commit). Nothing is lost when it fails: the log stays as it
+    /// is, and it is logged; a refusal by the log ends the term, as an append's would.
+    pub(crate) async fn roll_up_if_due(&self, doc: DocumentId, store: &Store) {
+        let Some(term) = self.term(&doc) else {
+            return;
+        };
+        let at = {
+            let mut tenure = term.lock().await;
+            if !self.cluster.rollup_due(&tenure) {
+                return;
+            }
+            tenure.begin_snapshot()
+        };
+        let started = Instant::now();
+        let rolled = async {
+            let snapshot = snapshot_of(store, doc).await?;
+            let events = snapshot.batch.events.len();
+            let document_bytes = snapshot.document.len();
+            // Encoded, and kept in the object store if it must be, while the term is
+            // free: its lease goes on being renewed.
+            let kept = self.cluster.keep_snapshot(at, &snapshot).await?;
+            let seq = self.cluster.roll_up(&mut *term.lock().await, kept).await?;
+            Ok::<_, ClusterError>((seq, events, document_bytes))
+        };
+        match rolled.await {
+            Ok((seq, events, document_bytes)) => tracing::info!(
+                %doc,
+                seq,
+                events,
+                document_bytes,
+                ms = started.elapsed().as_millis() as u64,
+                "the list's log rolled up into a snapshot"
+            ),
+            Err(e) => tracing::warn!(%doc, error = %e, code = e.code(), "the list's log was not rolled up"),
         }
     }
 
@@ -279,6 +321,39 @@ pub(crate) async fn until_moved(cluster: &Cluster, doc: DocumentId, holder: &str
             Err(_) => {}
         }
     }
+}
+
+/// List `doc` as the store holds it, as one snapshot: its last compaction, the
+/// changes since, all of its events and keys.
+async fn snapshot_of(store: &Store, doc: DocumentId) -> Result<Snapshot, ClusterError> {
+    let id = doc_id(&doc);
+    let snapshot = store
+        .with_db(move |db| {
+            let (document, heads, changes) = match db.load(id)? {
+                Some(l) => (l.snapshot.unwrap_or_default(), l.snapshot_heads, l.changes),
+                None => Default::default(),
+            };
+            let batch = Batch {
+                changes: changes
+                    .into_iter()
+                    .map(ChangeRecord::from_bytes)
+                    .collect::<Result<_, _>>()?,
+                events: db
+                    .all_events(id)?
+                    .into_iter()
+                    .map(|e| NewEvent::from_json(e.kind, e.json))
+                    .collect::<Result<_, _>>()?,
+                reported: db.reported(id)?,
+                summary: None,
+            };
+            Ok(Snapshot {
+                document,
+                heads,
+                batch,
+            })
+        })
+        .await?;
+    Ok(snapshot)
 }
 
 fn lost_why(e: &ClusterError) -> String {

@@ -36,6 +36,7 @@
 //! hub_id = "hub-1"              # unique in the cluster; --hub-id wins; default: random
 //! replicas = 1                  # 3 on a three-server NATS cluster
 //! lease_ms = 5000               # the same on every hub of the cluster
+//! rollup_after_commits = 1000   # cluster::LOG_ROLLUP_AFTER_COMMITS
 //! ```
 //!
 //! A token's agent and role are vouched for by the hub: the changes a connection
@@ -96,6 +97,8 @@ pub struct ClusterConfig {
     pub replicas: Option<usize>,
     /// A lease's time to live, in milliseconds.
     pub lease_ms: Option<u64>,
+    /// Commits a list's log takes after its last snapshot before it is rolled up.
+    pub rollup_after_commits: Option<u64>,
 }
 
 impl ClusterConfig {
@@ -116,6 +119,9 @@ impl ClusterConfig {
         }
         if let Some(ms) = self.lease_ms {
             c.lease_ttl = std::time::Duration::from_millis(ms);
+        }
+        if let Some(n) = self.rollup_after_commits {
+            c.rollup_after_commits = n;
         }
         Some(c)
     }

@@ -516,6 +516,12 @@ impl Io for Relay {
                     persist::commit_all(&self.store, &mut self.known, &kept, at_ms).await?,
                 )
                 .into_iter();
+                // The store holds what the log does now: a log due for it is rolled up
+                // into the list as the store has it.
+                let docs: BTreeSet<DocumentId> = kept.iter().map(|c| c.doc).collect();
+                for doc in docs {
+                    side.roll_up_if_due(doc, &self.store).await;
+                }
                 refused
                     .into_iter()
                     .map(|r| {

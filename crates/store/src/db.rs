@@ -368,6 +368,46 @@ impl Db {
         Ok(events)
     }
 
+    /// True when the store holds every change of `heads`, and so all of their history:
+    /// each is a stored change or a head of the stored snapshot. (A change a compaction
+    /// covered without being one of its heads is not found: the answer is then false,
+    /// never wrongly true.)
+    pub fn holds_heads(&self, doc: DocId, heads: &[ChangeHash]) -> Result<bool, StoreError> {
+        let list = list_id(&self.conn, doc)?;
+        let snapshot: Option<Vec<u8>> = self
+            .conn
+            .prepare_cached("SELECT heads FROM snapshots WHERE list_id = ?1")?
+            .query_row([list], |r| r.get(0))
+            .optional()?;
+        let snapshot: HashSet<ChangeHash> = snapshot
+            .as_deref()
+            .map(|h| decode_hashes(h).collect())
+            .unwrap_or_default();
+        let mut find = self
+            .conn
+            .prepare_cached("SELECT 1 FROM changes WHERE list_id = ?1 AND hash = ?2")?;
+        for h in heads {
+            if !snapshot.contains(h) && !find.exists(params![list, h.0])? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// All of the list's events, in `seq` order.
+    pub fn all_events(&self, doc: DocId) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut all = Vec::new();
+        loop {
+            let after = all.last().map_or(0, |e: &StoredEvent| e.seq);
+            let page = self.events_since(doc, after, EVENTS_PAGE_MAX)?;
+            let done = page.len() < EVENTS_PAGE_MAX;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+
     /// The list's reported keys, sorted.
     pub fn reported(&self, doc: DocId) -> Result<Vec<String>, StoreError> {
         let list = list_id(&self.conn, doc)?;
