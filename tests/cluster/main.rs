@@ -1099,7 +1099,7 @@ async fn a_snapshot_rolls_the_log_up_and_a_hub_replays_it_into_the_same_list() {
     let stale = a.keep_snapshot(at, &w.snapshot()).await.unwrap();
     a.append(&mut t, &w.commit(23, 10)).await.unwrap();
     let e = a.roll_up(&mut t, stale).await.unwrap_err();
-    assert_eq!(e.code(), "cluster_snapshot_mismatch", "{e}");
+    assert_eq!(e.code(), "cluster_snapshot_stale", "{e}");
     let read = a.read(doc, 0).await.unwrap();
     assert_eq!(read.records.len(), 5, "the snapshot and four commits");
     a.renew(&mut t).await.unwrap();

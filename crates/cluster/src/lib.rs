@@ -304,6 +304,20 @@ pub enum ClusterError {
         /// The events the snapshot carries.
         carried: u64,
     },
+    /// The log moved on between the point a snapshot was made for and its rollup: it
+    /// is not the list as the log holds it now, and is not written.
+    #[error(
+        "a snapshot of list {doc} was made for the log at {made_at}, which is at {log_at} \
+         now: the log is left as it is; the next rollup makes a new one"
+    )]
+    SnapshotStale {
+        /// The list.
+        doc: DocId,
+        /// Where the log ended when the snapshot was made.
+        made_at: u64,
+        /// Where it ends now.
+        log_at: u64,
+    },
     /// A record is larger than its limit.
     #[error("{what} is {bytes} bytes, more than the {max} allowed")]
     TooLarge {
@@ -385,6 +399,7 @@ impl ClusterError {
             ClusterError::Fenced { .. } => "cluster_fenced",
             ClusterError::TooLarge { .. } => "cluster_too_large",
             ClusterError::SnapshotMismatch { .. } => "cluster_snapshot_mismatch",
+            ClusterError::SnapshotStale { .. } => "cluster_snapshot_stale",
             ClusterError::NoResponder { .. } => "cluster_no_responder",
             ClusterError::ForwardTimeout { .. } => "cluster_forward_timeout",
             ClusterError::BadForward { .. } => "cluster_bad_forward",

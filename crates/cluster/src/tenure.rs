@@ -22,7 +22,7 @@ use crate::{record, Cluster, ClusterError};
 pub struct LogPoint {
     /// The list.
     pub doc: DocId,
-    /// The revision of the holder's lease.
+    /// The revision of the holder's lease then (it grows with each renewal).
     pub lease: u64,
     /// The sequence of the last record.
     pub last: u64,
@@ -259,7 +259,7 @@ impl Cluster {
 
     /// Appends a kept snapshot as a rollup: the log's earlier records go. Its
     /// sequence. Refused without writing when the log moved since the snapshot's point
-    /// (`cluster_snapshot_mismatch`) or the lease is not live by this hub's count, and
+    /// (`cluster_snapshot_stale`) or the lease is not live by this hub's count, and
     /// by the log when another hub fenced it; either way but the first, the term is
     /// over, as after an append.
     pub async fn roll_up(
@@ -278,11 +278,12 @@ impl Cluster {
         if tenure.ended {
             return refused(ClusterError::LeaseLost { doc }).await;
         }
-        if tenure.point() != snapshot.at {
-            return refused(ClusterError::SnapshotMismatch {
+        // The lease's revision grows with each renewal: where the log ends says it all.
+        if (tenure.last, tenure.events) != (snapshot.at.last, snapshot.at.events) {
+            return refused(ClusterError::SnapshotStale {
                 doc,
-                logged: tenure.events,
-                carried: snapshot.events,
+                made_at: snapshot.at.last,
+                log_at: tenure.last,
             })
             .await;
         }
