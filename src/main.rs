@@ -256,6 +256,7 @@ fn sim_live(
             hub_bin: hub_bin.clone(),
             fault: None,
             trace: args.trace,
+            nats_bin: None,
         };
         eprintln!("{} seed {seed}: live run ...", scenario.name);
         let o = run_live(scenario, &cfg).with_context(|| format!("live seed {seed}"))?;

@@ -460,7 +460,7 @@ pub fn nats_server_bin() -> PathBuf {
 /// A real nats-server with JetStream on a free loopback port, its store in a scratch
 /// folder; killed when dropped (and with the test if the test dies).
 pub struct NatsServer {
-    child: Child,
+    process: swarmtodo::sim::live::NatsProcess,
     /// `nats://127.0.0.1:PORT`.
     pub url: String,
     /// Where JetStream keeps its files.
@@ -510,115 +510,32 @@ impl NatsServer {
     /// Starts one with `extra` arguments.
     fn start_with(name: &str, extra: &[&str]) -> NatsServer {
         let dir = scratch(&format!("nats-{name}"));
-        let mut child = dies_with_parent(&mut Command::new(nats_server_bin()))
-            .args(["-js", "-a", "127.0.0.1", "-p", "-1", "-sd"])
-            .arg(&dir)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start nats-server");
-        let stderr = child.stderr.take().expect("nats-server's stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Reads the log to its end, so the pipe never fills; the address goes back once.
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            let mut url = None;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some((_, addr)) = line.split_once("Listening for client connections on ") {
-                    url = Some(format!("nats://{}", addr.trim()));
-                }
-                if line.contains("Server is ready") {
-                    if let (Some(tx), Some(url)) = (tx.take(), url.take()) {
-                        let _ = tx.send(url);
-                    }
-                }
-            }
-        });
-        let url = rx
-            .recv_timeout(std::time::Duration::from_secs(30))
-            .expect("nats-server did not say it is ready within 30 s");
-        NatsServer { child, url, dir }
+        let mut cmd = Command::new(nats_server_bin());
+        dies_with_parent(&mut cmd);
+        let process = swarmtodo::sim::live::NatsProcess::start(cmd, &dir, extra).unwrap();
+        NatsServer {
+            url: process.url.clone(),
+            process,
+            dir,
+        }
     }
 }
 
 impl NatsServer {
     /// Kills it with SIGKILL (its store stays until it is dropped).
     pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill9();
     }
 }
 
 impl Drop for NatsServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill9();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// A TCP relay on a free loopback port to `target` (`host:port`) that a test can cut —
-/// every connection through it dropped, new ones refused — and heal: a hub cut from
-/// NATS while both keep running.
-pub struct Cut {
-    /// `nats://127.0.0.1:PORT` (the relay's address, for a NATS client).
-    pub url: String,
-    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    pipes: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
-    accept: tokio::task::JoinHandle<()>,
-}
-
-impl Cut {
-    /// Relays to `target` from now on.
-    pub async fn start(target: &str) -> Cut {
-        use std::sync::atomic::Ordering;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("nats://{}", listener.local_addr().unwrap());
-        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let pipes: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>> =
-            std::sync::Arc::default();
-        let target = target.trim_start_matches("nats://").to_owned();
-        let (o, p) = (open.clone(), pipes.clone());
-        let accept = tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if !o.load(Ordering::SeqCst) {
-                    continue;
-                }
-                let target = target.clone();
-                let pipe = tokio::spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                p.lock().unwrap().push(pipe.abort_handle());
-            }
-        });
-        Cut {
-            url,
-            open,
-            pipes,
-            accept,
-        }
-    }
-
-    /// Drops every connection through the relay and refuses new ones.
-    pub fn cut(&self) {
-        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
-        for pipe in self.pipes.lock().unwrap().drain(..) {
-            pipe.abort();
-        }
-    }
-
-    /// Relays again.
-    pub fn heal(&self) {
-        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-impl Drop for Cut {
-    fn drop(&mut self) {
-        self.cut();
-        self.accept.abort();
-    }
-}
+/// A TCP relay on a free loopback port to a NATS server that a test can cut — every
+/// connection through it dropped, new ones refused — and heal: a hub cut from NATS while
+/// both keep running.
+pub use swarmtodo::sim::live::Relay as Cut;

@@ -377,7 +377,7 @@ async fn a_call_and_an_answer_larger_than_a_nats_message_go_through_a_hub_that_d
 async fn a_hub_cut_from_nats_lets_its_lists_go_and_acknowledges_nothing_it_cannot_log() {
     let nats = NatsServer::start("hubs-cut");
     let dir = scratch("cluster-cut");
-    let cut = crate::common::Cut::start(&nats.url).await;
+    let cut = crate::common::Cut::start(&nats.url).await.unwrap();
     let a = hub_on(&cut.url, &dir, "hub-a", 1000);
     let b = hub_in(&nats, &dir, "hub-b");
     lead(&a).create("plan").await.unwrap();

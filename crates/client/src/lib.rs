@@ -56,7 +56,7 @@ pub mod http;
 pub mod limits;
 pub mod session;
 
-use self::limits::NUDGES_MAX;
+use self::limits::{CLOSE_AFTER_ERROR_WAIT, NUDGES_MAX};
 pub use self::limits::{
     CONNECT_TIMEOUT, EVENTS_BUFFERED_MAX, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN,
     SYNC_ROUNDS_MAX, SYNC_SETTLE, SYNC_TIMEOUT,
@@ -244,18 +244,41 @@ async fn next_message(
             None => return Err(ClientError::Closed("connection ended".to_owned())),
             Some(Err(e)) => return Err(e.into()),
             Some(Ok(Message::Binary(b))) => {
-                return wire::decode(&b).map_err(|e| ClientError::Protocol(e.to_string()))
+                let m = wire::decode(&b).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                // The hub says why before it closes: the close's code and reason go
+                // first, as in "1012 list_moved: …".
+                if let WireMessage::Error { message, .. } = &m {
+                    if let Ok(Some(code)) =
+                        tokio::time::timeout(CLOSE_AFTER_ERROR_WAIT, closing(ws)).await
+                    {
+                        return Err(ClientError::Closed(format!("{code}: {message}")));
+                    }
+                }
+                return Ok(m);
             }
-            Some(Ok(Message::Close(frame))) => {
-                return Err(ClientError::Closed(
-                    frame
-                        .map(|f| format!("{} {}", u16::from(f.code), f.reason))
-                        .unwrap_or_default(),
-                ))
-            }
+            Some(Ok(Message::Close(frame))) => return Err(ClientError::Closed(closed(frame))),
             Some(Ok(_)) => {}
         }
     }
+}
+
+/// Reads up to the hub's close, skipping what comes before it: its code and reason,
+/// if it closed with a frame.
+async fn closing(ws: &mut WebSocketStream<MaybeTlsStream<TcpStream>>) -> Option<String> {
+    loop {
+        match ws.next().await {
+            None | Some(Err(_)) => return None,
+            Some(Ok(Message::Close(frame))) => return Some(closed(frame)),
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+/// A close frame as "code reason".
+fn closed(frame: Option<tokio_tungstenite::tungstenite::protocol::CloseFrame>) -> String {
+    frame
+        .map(|f| format!("{} {}", u16::from(f.code), f.reason))
+        .unwrap_or_default()
 }
 
 impl Connection {

@@ -7,6 +7,9 @@ use std::time::Duration;
 pub const SYNC_SETTLE: Duration = Duration::from_millis(50);
 /// How long a sync may take before it fails.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the client waits, after the hub's `error` message, for the close that
+/// follows it (its code and reason go into [`ClientError::Closed`](crate::ClientError)).
+pub const CLOSE_AFTER_ERROR_WAIT: Duration = Duration::from_millis(500);
 /// How long the connection and handshake may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most round trips one [`Connection::sync`](crate::Connection::sync) makes before

@@ -90,6 +90,19 @@ impl ClusterSide {
         let id = doc_id(&doc);
         let tenure = match self.cluster.take(id).await {
             Ok(t) => t,
+            // This hub's former process (killed, restarted) held the list: nobody
+            // acts for it until that lease ends, and nothing is carried or forwarded
+            // to this hub itself.
+            Err(ClusterError::LeaseHeld { by, .. }) if by == self.cluster.hub() => {
+                return Err(Unavailable {
+                    why: format!(
+                        "list {doc} is held by this hub's former process until its lease \
+                         ends (at most {:?}): retry",
+                        self.cluster.lease_ttl()
+                    ),
+                    holder: None,
+                });
+            }
             Err(e) => {
                 if let ClusterError::LeaseHeld { by, .. } = &e {
                     self.remember_holder(doc, by);

@@ -19,7 +19,7 @@ use crate::forward::{forward_in_background, Forward};
 use crate::limits::{BATCH_FRAMES_MAX, TRIM_AFTER_CHANGES, TRIM_AFTER_LISTS_DROPPED};
 use crate::metrics::{Kind, Metrics, Outcome};
 use crate::rebuild::Rebuilder;
-use crate::sessions::{FromPeer, Sessions};
+use crate::sessions::{carried_here, FromPeer, Sessions};
 use crate::stream::Streams;
 use swarmtodo_core::hub::{
     Answer, Call, CallId, Caller, Close, Commit, Compaction, ConnId, Effects, HubCore, Input,
@@ -165,12 +165,25 @@ pub(crate) async fn hub_task(
                     (Some(holder), Some(sessions)) => {
                         let (fx, handed) = core.hand_over(now_ms(), doc, &unavailable.why);
                         for h in handed {
-                            if let Some(outbox) = out.outboxes.remove(&h.conn) {
-                                let conn = h.conn;
-                                let carried = sessions.carry(doc, holder.clone(), h, outbox);
-                                out.carried.insert(conn, carried);
-                                metrics.carried.fetch_add(1, Ordering::Relaxed);
+                            let Some(outbox) = out.outboxes.remove(&h.conn) else {
+                                continue;
+                            };
+                            // A peer carried here goes back to its own hub, which
+                            // carries it to the holder.
+                            if carried_here(h.conn) {
+                                outbox.close(Close {
+                                    code: 1012,
+                                    reason: "list_moved".to_owned(),
+                                    message: Some(format!(
+                                        "the list moved to hub {holder}: reconnect"
+                                    )),
+                                });
+                                continue;
                             }
+                            let conn = h.conn;
+                            let carried = sessions.carry(doc, holder.clone(), h, outbox);
+                            out.carried.insert(conn, carried);
+                            metrics.carried.fetch_add(1, Ordering::Relaxed);
                         }
                         fx
                     }

@@ -36,6 +36,13 @@ use crate::limits::{OUTBOX_FRAMES_MAX, SESSION_SILENT_MAX};
 /// numbers its own from 1).
 const CARRIED_CONN_FIRST: u64 = 1 << 62;
 
+/// True for a connection of a peer another hub carried here: it is never carried on
+/// to a third hub (when this hub loses the list, the carrying hub carries the peer to
+/// the new holder itself).
+pub(crate) fn carried_here(conn: ConnId) -> bool {
+    conn.0 >= CARRIED_CONN_FIRST
+}
+
 /// Who a carried peer is, sent with `open`.
 #[derive(Debug, Serialize, Deserialize)]
 struct Opened {
@@ -324,16 +331,23 @@ impl Sessions {
                     got = from_holder.recv() => match got {
                         Some(FromHolder::Frame(f)) => match outbox.push(f) {
                             Ok(()) => {}
-                            Err(true) => break Some(close(1008, "slow_reader", "")),
+                            Err(true) => {
+                                tracing::info!(session, "a carried peer's outbox is full: closing a slow reader");
+                                break Some(close(1008, "slow_reader", ""));
+                            }
                             Err(false) => break None,
                         },
                         Some(FromHolder::Close(c)) => {
+                            tracing::debug!(session, code = c.code, reason = c.reason, "the list's hub closed a carried peer");
                             outbox.close(c);
                             me.lock().remove(&session);
                             return;
                         }
                         // Its route is gone: it fell too far behind.
-                        None => break Some(close(1008, "slow_reader", "")),
+                        None => {
+                            tracing::info!(session, "a carried peer fell too far behind its hub's messages: closing a slow reader");
+                            break Some(close(1008, "slow_reader", ""));
+                        }
                     },
                     got = from_peer.recv() => match got {
                         Some(FromPeer::Frame(f)) => send("frame", f).await,

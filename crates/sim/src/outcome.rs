@@ -248,6 +248,9 @@ pub struct LiveConfig {
     pub fault: Option<LiveFault>,
     /// Keep the controller's log (kills, restarts, cuts, slow readers) in the outcome.
     pub trace: bool,
+    /// The nats-server of a scenario with a `[cluster]` (`None`:
+    /// `SWARMTODO_NATS_SERVER`, else `nats-server` on the `PATH`).
+    pub nats_bin: Option<PathBuf>,
 }
 
 /// A bug planted on purpose in a live run, to show that the checker catches it.
@@ -276,6 +279,10 @@ pub struct LiveStats {
     pub storm_ms: u64,
     /// `kill -9` of the hub.
     pub kills: u64,
+    /// A cluster's hubs paused past their lease, then woken (zombies).
+    pub pauses: u64,
+    /// A cluster's hubs cut from NATS, then reconnected.
+    pub nats_cuts: u64,
     /// Restarts that could not have the old port and moved the agents to a new one.
     pub restarts_on_new_port: u64,
     /// Connection cuts that hit a live connection.

@@ -28,6 +28,10 @@ pub const PARTITIONS_MAX: u32 = 10_000;
 pub const CONNECTION_CUTS_MAX: u32 = 10_000;
 /// Most slow readers in one live run.
 pub const SLOW_READERS_MAX: u32 = 100;
+/// Most hubs of a live cluster run.
+pub const CLUSTER_HUBS_MAX: usize = 9;
+/// Most pauses, or cuts from NATS, of hubs in one live cluster run.
+pub const CLUSTER_FAULTS_MAX: u32 = 1_000;
 /// Most sessions of one agent (replicas and connections under one agent id).
 pub const SESSIONS_MAX: usize = 16;
 /// Highest rate of one agent, in actions per simulated second.
@@ -62,6 +66,33 @@ pub struct Scenario {
     /// Faults injected during the storm.
     #[serde(default)]
     pub faults: FaultSpec,
+    /// Live runner only: the hub is several hubs on one NATS JetStream.
+    #[serde(default)]
+    pub cluster: Option<ClusterSpec>,
+}
+
+/// Live runner only: several hubs on one nats-server, each list with one authority
+/// among them (docs/DESIGN.md §10). Agents are spread over the hubs; a hub crash kills
+/// the hub that holds a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// How many hubs (2 to [`CLUSTER_HUBS_MAX`]).
+    pub hubs: usize,
+    /// Their leases' time to live, in milliseconds (at least 1,000).
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// Commits after which a list's log is rolled up into a snapshot.
+    #[serde(default = "default_rollup_after_commits")]
+    pub rollup_after_commits: u64,
+}
+
+fn default_lease_ms() -> u64 {
+    1_000
+}
+
+fn default_rollup_after_commits() -> u64 {
+    1_000
 }
 
 fn default_settle_ms_max() -> u64 {
@@ -354,6 +385,16 @@ pub struct FaultSpec {
     /// Live runner only: raw peers that join, ask for a list again and again, and never
     /// read; the hub must drop each, and no one else may notice.
     pub slow_readers: u32,
+    /// Live cluster only: how many times a list's authority is paused (SIGSTOP) past
+    /// its lease, then woken (SIGCONT): a zombie that acts on what it held.
+    pub hub_pauses: u32,
+    /// How long one pause lasts, `[min, max]` milliseconds.
+    pub hub_pause_ms: [u64; 2],
+    /// Live cluster only: how many times a list's authority is cut from NATS (both keep
+    /// running), then reconnected.
+    pub nats_cuts: u32,
+    /// How long one cut from NATS lasts, `[min, max]` milliseconds.
+    pub nats_cut_ms: [u64; 2],
 }
 
 impl Default for FaultSpec {
@@ -366,6 +407,10 @@ impl Default for FaultSpec {
             hub_down_ms: [10, 500],
             connection_cuts: 0,
             slow_readers: 0,
+            hub_pauses: 0,
+            hub_pause_ms: [2_500, 4_000],
+            nats_cuts: 0,
+            nats_cut_ms: [2_500, 4_000],
         }
     }
 }
@@ -583,9 +628,36 @@ impl Scenario {
         if f.slow_readers > SLOW_READERS_MAX {
             return bad("faults.slow_readers", format!("at most {SLOW_READERS_MAX}"));
         }
+        for (name, n) in [
+            ("faults.hub_pauses", f.hub_pauses),
+            ("faults.nats_cuts", f.nats_cuts),
+        ] {
+            if n > CLUSTER_FAULTS_MAX {
+                return bad(name, format!("at most {CLUSTER_FAULTS_MAX}"));
+            }
+            if n > 0 && self.cluster.is_none() {
+                return bad(name, "needs a [cluster] of hubs".into());
+            }
+        }
+        if let Some(c) = &self.cluster {
+            if !(2..=CLUSTER_HUBS_MAX).contains(&c.hubs) {
+                return bad(
+                    "cluster.hubs",
+                    format!("from 2 to {CLUSTER_HUBS_MAX}, is {}", c.hubs),
+                );
+            }
+            if c.lease_ms < 1_000 {
+                return bad("cluster.lease_ms", "at least 1000".into());
+            }
+            if c.rollup_after_commits == 0 {
+                return bad("cluster.rollup_after_commits", "at least 1".into());
+            }
+        }
         for (name, r) in [
             ("faults.partition_ms", f.partition_ms),
             ("faults.hub_down_ms", f.hub_down_ms),
+            ("faults.hub_pause_ms", f.hub_pause_ms),
+            ("faults.nats_cut_ms", f.nats_cut_ms),
         ] {
             if r[0] > r[1] || r[1] > DURATION_MS_MAX {
                 return bad(name, "must be [min, max] with min <= max".into());

@@ -238,14 +238,16 @@ impl HubCore {
     }
 
     /// The store refused a commit of list `doc_id` for the list's own reasons (a record
-    /// over a store limit): nothing of it is durable, so nothing of it may be relayed.
-    /// The list is dropped from memory (loaded from the store, as it was before the
-    /// refused merge, when a peer asks for it again); its peers are closed with 1011
-    /// `list_refused` and reconnect. Returns the peers closed.
+    /// over a store limit), or — `moved` — because another hub of the cluster took the
+    /// list: nothing of it is durable, so nothing of it may be relayed. The list is
+    /// dropped from memory (loaded from the store, as it was before the refused merge,
+    /// when a peer asks for it again); its peers are closed with 1011 `list_refused`
+    /// (1012 `list_moved`) and reconnect. Returns the peers closed.
     pub(super) fn isolate(
         &mut self,
         doc_id: DocumentId,
         why: &str,
+        moved: bool,
         fx: &mut Effects,
     ) -> Vec<ConnId> {
         let peers: Vec<ConnId> = self
@@ -253,13 +255,27 @@ impl HubCore {
             .get(&doc_id)
             .map(|d| d.peers.keys().copied().collect())
             .unwrap_or_default();
-        tracing::error!(doc = %doc_id, why, "the store refused a merge of this list; dropping it from memory");
-        let refused = Close {
-            code: 1011,
-            reason: "list_refused".to_owned(),
-            message: Some(format!(
-                "the hub could not store the last merge of this list ({why}); it was undone: reconnect and sync again"
-            )),
+        if moved {
+            tracing::info!(doc = %doc_id, why, "the list moved to another hub; dropping it from memory");
+        } else {
+            tracing::error!(doc = %doc_id, why, "the store refused a merge of this list; dropping it from memory");
+        }
+        let refused = if moved {
+            Close {
+                code: 1012,
+                reason: "list_moved".to_owned(),
+                message: Some(format!(
+                    "the list moved to another hub ({why}); this hub's last merge was undone: reconnect and sync again"
+                )),
+            }
+        } else {
+            Close {
+                code: 1011,
+                reason: "list_refused".to_owned(),
+                message: Some(format!(
+                    "the hub could not store the last merge of this list ({why}); it was undone: reconnect and sync again"
+                )),
+            }
         };
         self.drop_list(doc_id, None, &refused, fx);
         peers

@@ -613,8 +613,9 @@ impl HubCore {
     /// of durable commits go out — in `fx.events`, once no list's news waits or the
     /// oldest has waited [`FANOUT_DEFER_MAX_MS`]. A commit the store refused isolates its
     /// list: nothing of it is durable, so its peers get no more of `fx` but a close
-    /// (1011 `list_refused`; they reconnect, and the list is loaded as stored), and
-    /// every other list is served as usual. A commit without an answer counts as
+    /// (1011 `list_refused`; they reconnect, and the list is loaded as stored; 1012
+    /// `list_moved` when another hub of the cluster took the list), and every other
+    /// list is served as usual. A commit without an answer counts as
     /// refused.
     pub fn committed(&mut self, at_ms: i64, fx: &mut Effects, stored: Vec<Stored>) {
         let mut stored = stored.into_iter();
@@ -655,7 +656,8 @@ impl HubCore {
                             }),
                         )
                     }));
-                    let closed = self.isolate(commit.doc, &why, fx);
+                    let moved = matches!(code, crate::proto::ErrorCode::ListElsewhere);
+                    let closed = self.isolate(commit.doc, &why, moved, fx);
                     fx.sends.retain(|(c, _)| !closed.contains(c));
                     fx.relays.retain(|(c, _)| !closed.contains(c));
                     fx.compactions.retain(|c| c.doc != commit.doc);

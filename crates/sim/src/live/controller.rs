@@ -3,8 +3,10 @@
 //! wait for quiescence and the read-back of the hub's lists, leaving what the run ended
 //! with ([`Ended`]) for the judge.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,6 +16,7 @@ use tokio::sync::watch;
 
 use super::access::{authed, slow_reader_list, Access, CHECKER_AGENT};
 use super::hub::{HubCommand, HubProcess};
+use super::nats::{nats_server_bin, NatsProcess, Relay};
 use super::raw;
 use super::session::{Session, Spec};
 use super::shared::{Control, Shared, Status, Tracker};
@@ -22,6 +25,9 @@ use crate::outcome::{LiveConfig, LiveStats, SimError, SlowReaderOutcome, Stats, 
 use crate::rng::Rng;
 use crate::scenario::{RoleSpec, Scenario};
 use swarmtodo_client::{list_document_id, Connection};
+use swarmtodo_cluster::{replay_into, Cluster, ClusterConfig};
+use swarmtodo_store::persist::doc_id;
+use swarmtodo_store::Db;
 use swarmtodo_core::model::{TodoList, WriteContext};
 use swarmtodo_proto::wire::DocumentId;
 
@@ -38,11 +44,16 @@ pub const READ_BACK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most controller log lines kept.
 pub const LOG_LINES_MAX: usize = 100_000;
 
-/// What the controller does, and when (milliseconds into the storm).
+/// What the controller does, and when (milliseconds into the storm). A cluster's
+/// faults name a list: they strike the hub that holds it then.
 #[derive(Debug, Clone)]
 enum Ev {
-    Kill,
+    Kill(usize),
     Restart,
+    Pause(usize),
+    Resume,
+    NatsCut(usize),
+    NatsHeal,
     Cut(usize),
     PartitionStart(Vec<usize>),
     PartitionEnd(Vec<usize>),
@@ -69,13 +80,39 @@ pub(super) struct Ended {
     pub(super) log: Vec<String>,
     /// Slow readers whose life saw no kill: `(outcome, judged)`.
     pub(super) slow: Vec<(SlowReaderOutcome, bool)>,
+    /// The SQLite file the checker reads: the hub's, or a cluster's logs replayed.
+    pub(super) data: PathBuf,
 }
 
-struct Controller<'a> {
-    cmd: &'a HubCommand,
-    shared: Arc<Shared>,
-    hub: Option<HubProcess>,
+/// One hub process of the run.
+struct HubSlot {
+    cmd: HubCommand,
+    process: Option<HubProcess>,
     addr: SocketAddr,
+    /// A cluster's hub: its way to NATS, cut and healed.
+    relay: Option<Relay>,
+    paused: bool,
+    cut: bool,
+}
+
+/// What a live run of a cluster adds: the nats-server, and a client of its own that
+/// finds which hub holds a list and reads the logs at the end.
+struct ClusterRun {
+    _nats: NatsProcess,
+    observer: Cluster,
+}
+
+struct Controller {
+    hubs: Vec<HubSlot>,
+    cluster: Option<ClusterRun>,
+    docs: Vec<DocumentId>,
+    /// Hubs killed, paused, cut from NATS: the next restart, resume or heal is the
+    /// first's.
+    down: VecDeque<usize>,
+    paused: VecDeque<usize>,
+    cut: VecDeque<usize>,
+    rng: Rng,
+    shared: Arc<Shared>,
     controls: Vec<watch::Sender<Control>>,
     /// Sessions of each agent.
     sessions_of_agent: Vec<Vec<usize>>,
@@ -86,7 +123,7 @@ struct Controller<'a> {
     slow: Vec<tokio::task::JoinHandle<(SlowReaderOutcome, bool)>>,
 }
 
-impl Controller<'_> {
+impl Controller {
     fn note(&mut self, line: String) {
         if self.log.len() < LOG_LINES_MAX {
             self.log
@@ -95,13 +132,28 @@ impl Controller<'_> {
     }
 
     fn sample_rss(&mut self) {
-        if let Some(h) = &self.hub {
+        for h in self.hubs.iter().filter_map(|h| h.process.as_ref()) {
             self.live.hub_peak_rss_kib = self.live.hub_peak_rss_kib.max(h.peak_rss_kib());
         }
     }
 
-    async fn start_hub(&mut self, listen: SocketAddr) -> Result<(), SimError> {
-        let cmd = self.cmd.clone();
+    /// Tells the sessions whether every hub is up (none down, paused or cut).
+    fn update_up(&self) {
+        let up = self
+            .hubs
+            .iter()
+            .all(|h| h.process.is_some() && !h.paused && !h.cut);
+        self.shared.hub_up.store(up, Ordering::SeqCst);
+    }
+
+    async fn start_hub(&mut self, i: usize) -> Result<(), SimError> {
+        // A hub that cannot reach NATS when it starts stops: it starts reconnected.
+        if self.hubs[i].cut {
+            self.cut.retain(|&h| h != i);
+            self.cut_from_nats(i, false);
+        }
+        let listen = self.hubs[i].addr;
+        let cmd = self.hubs[i].cmd.clone();
         let started = tokio::task::spawn_blocking(move || cmd.start(listen))
             .await
             .map_err(|e| SimError::Setup(format!("starting the hub: {e}")))?;
@@ -109,9 +161,9 @@ impl Controller<'_> {
             Ok(h) => h,
             // The old port was taken meanwhile: any free one, and the agents follow.
             Err(e) if listen.port() != 0 => {
-                self.note(format!("restart on {listen} failed ({e}); any port"));
+                self.note(format!("restart of hub {i} on {listen} failed ({e}); any port"));
                 self.live.restarts_on_new_port += 1;
-                let cmd = self.cmd.clone();
+                let cmd = self.hubs[i].cmd.clone();
                 let any = SocketAddr::from(([127, 0, 0, 1], 0));
                 tokio::task::spawn_blocking(move || cmd.start(any))
                     .await
@@ -119,40 +171,123 @@ impl Controller<'_> {
             }
             Err(e) => return Err(e),
         };
-        self.addr = hub.addr;
-        self.shared.set_url(format!("ws://{}", hub.addr));
-        self.note(format!("hub up on {} (pid {})", hub.addr, hub.pid()));
-        self.hub = Some(hub);
-        self.shared.hub_up.store(true, Ordering::SeqCst);
+        self.shared.set_url(i, format!("ws://{}", hub.addr));
+        self.note(format!("hub {i} up on {} (pid {})", hub.addr, hub.pid()));
+        self.hubs[i].addr = hub.addr;
+        self.hubs[i].process = Some(hub);
+        self.update_up();
         Ok(())
     }
 
-    async fn kill(&mut self) {
-        let Some(hub) = self.hub.take() else { return };
+    /// The hub that holds list `list` now (a cluster's; else the one hub). A list no
+    /// hub holds at the moment (given back, changing hands): one picked at random.
+    async fn holder(&mut self, list: usize) -> usize {
+        let Some(c) = &self.cluster else {
+            return 0;
+        };
+        let held = c.observer.holder(doc_id(&self.docs[list])).await;
+        match held {
+            Ok(Some((hub, _))) => hub_index(&hub).filter(|&i| i < self.hubs.len()),
+            _ => None,
+        }
+        .unwrap_or_else(|| self.rng.index(self.hubs.len()))
+    }
+
+    async fn kill(&mut self, list: usize) {
+        let i = self.holder(list).await;
+        let Some(hub) = self.hubs[i].process.take() else {
+            return;
+        };
+        // SIGKILL ends a paused process too.
+        self.hubs[i].paused = false;
+        self.paused.retain(|&h| h != i);
         self.sample_rss();
-        self.shared.hub_up.store(false, Ordering::SeqCst);
+        self.update_up();
         self.shared.kills.fetch_add(1, Ordering::SeqCst);
         self.live.kills += 1;
         self.stats.hub_crashes += 1;
         let pid = hub.pid();
         let _ = tokio::task::spawn_blocking(move || hub.kill9()).await;
-        self.note(format!("kill -9 hub (pid {pid})"));
+        self.down.push_back(i);
+        self.note(format!("kill -9 hub {i} (pid {pid}), holder of list-{list}"));
+    }
+
+    /// SIGSTOP of the hub holding `list` (`true`), or SIGCONT of the first paused.
+    fn pause(&mut self, i: usize, pause: bool) {
+        let slot = &mut self.hubs[i];
+        let Some(p) = &slot.process else { return };
+        if slot.paused == pause || !p.pause(pause) {
+            return;
+        }
+        slot.paused = pause;
+        if pause {
+            self.paused.push_back(i);
+            self.shared.kills.fetch_add(1, Ordering::SeqCst);
+            self.live.pauses += 1;
+        }
+        self.update_up();
+        self.note(format!(
+            "{} hub {i}",
+            if pause { "SIGSTOP" } else { "SIGCONT" }
+        ));
+    }
+
+    /// Cuts hub `i` from NATS (`true`) or heals it.
+    fn cut_from_nats(&mut self, i: usize, cut: bool) {
+        let slot = &mut self.hubs[i];
+        let Some(relay) = &slot.relay else { return };
+        if slot.cut == cut {
+            return;
+        }
+        if cut {
+            relay.cut();
+            self.cut.push_back(i);
+            self.shared.kills.fetch_add(1, Ordering::SeqCst);
+            self.live.nats_cuts += 1;
+        } else {
+            relay.heal();
+        }
+        slot.cut = cut;
+        self.update_up();
+        self.note(format!(
+            "hub {i} {} NATS",
+            if cut { "cut from" } else { "reconnected to" }
+        ));
     }
 
     /// A hub that ended by itself is a failure of the product: noted, and restarted so
     /// that the run can go on.
     async fn watch_hub(&mut self) -> Result<(), SimError> {
-        let exited = self.hub.as_mut().and_then(HubProcess::exited);
-        if let Some(status) = exited {
-            self.hub = None;
-            self.shared.hub_up.store(false, Ordering::SeqCst);
-            let what = format!(
-                "the hub exited by itself ({status}) at {} ms",
-                self.shared.elapsed_ms()
-            );
-            self.note(what.clone());
-            self.live.hub_exits.push(what);
-            self.start_hub(self.addr).await?;
+        for i in 0..self.hubs.len() {
+            let exited = self.hubs[i].process.as_mut().and_then(HubProcess::exited);
+            if let Some(status) = exited {
+                self.hubs[i].process = None;
+                self.update_up();
+                let what = format!(
+                    "hub {i} exited by itself ({status}) at {} ms",
+                    self.shared.elapsed_ms()
+                );
+                self.note(what.clone());
+                self.live.hub_exits.push(what);
+                self.start_hub(i).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every fault at the storm's end: hubs restarted, woken, reconnected.
+    async fn mend(&mut self) -> Result<(), SimError> {
+        while let Some(i) = self.paused.pop_front() {
+            self.pause(i, false);
+        }
+        while let Some(i) = self.cut.pop_front() {
+            self.cut_from_nats(i, false);
+        }
+        self.down.clear();
+        for i in 0..self.hubs.len() {
+            if self.hubs[i].process.is_none() {
+                self.start_hub(i).await?;
+            }
         }
         Ok(())
     }
@@ -198,11 +333,32 @@ impl Controller<'_> {
         match ev {
             // A kill pushed past the storm by its predecessors' downtime is dropped, as
             // in the deterministic runner.
-            Ev::Kill if !self.shared.storm.load(Ordering::SeqCst) => {}
-            Ev::Kill => self.kill().await,
+            Ev::Kill(_) | Ev::Pause(_) | Ev::NatsCut(_)
+                if !self.shared.storm.load(Ordering::SeqCst) => {}
+            Ev::Kill(list) => self.kill(list).await,
             Ev::Restart => {
-                if self.hub.is_none() {
-                    self.start_hub(self.addr).await?;
+                if let Some(i) = self.down.pop_front() {
+                    if self.hubs[i].process.is_none() {
+                        self.start_hub(i).await?;
+                    }
+                }
+            }
+            Ev::Pause(list) => {
+                let i = self.holder(list).await;
+                self.pause(i, true);
+            }
+            Ev::Resume => {
+                if let Some(i) = self.paused.pop_front() {
+                    self.pause(i, false);
+                }
+            }
+            Ev::NatsCut(list) => {
+                let i = self.holder(list).await;
+                self.cut_from_nats(i, true);
+            }
+            Ev::NatsHeal => {
+                if let Some(i) = self.cut.pop_front() {
+                    self.cut_from_nats(i, false);
                 }
             }
             Ev::Cut(s) => {
@@ -245,9 +401,7 @@ impl Controller<'_> {
             }
             Ev::StormEnd => {
                 self.shared.storm.store(false, Ordering::SeqCst);
-                if self.hub.is_none() {
-                    self.start_hub(self.addr).await?;
-                }
+                self.mend().await?;
                 let all: Vec<usize> = (0..self.controls.len()).collect();
                 self.control(&all, |c| c.online = true);
                 self.note("storm over".into());
@@ -261,10 +415,45 @@ impl Controller<'_> {
 pub(super) async fn drive(
     scenario: &Scenario,
     cfg: &LiveConfig,
-    cmd: &HubCommand,
+    mut cmds: Vec<HubCommand>,
     access: &Access,
+    dir: &Path,
 ) -> Result<Ended, SimError> {
     let mut rng = Rng::new(cfg.seed);
+    // A cluster: its nats-server, a relay per hub to it, and an observer.
+    let mut relays = Vec::new();
+    let cluster = match &scenario.cluster {
+        None => None,
+        Some(spec) => {
+            let bin = cfg.nats_bin.clone().unwrap_or_else(nats_server_bin);
+            let store = dir.join("nats");
+            let nats = tokio::task::spawn_blocking(move || {
+                NatsProcess::start(Command::new(bin), &store, &[])
+            })
+            .await
+            .map_err(|e| SimError::Setup(format!("starting nats-server: {e}")))??;
+            for (i, cmd) in cmds.iter_mut().enumerate() {
+                let relay = Relay::start(&nats.url).await?;
+                cmd.extra = vec![
+                    "--nats".into(),
+                    relay.url.clone(),
+                    "--hub-id".into(),
+                    format!("{HUB_ID_PREFIX}{i}"),
+                ];
+                relays.push(Some(relay));
+            }
+            let mut config = ClusterConfig::new(&nats.url, "sim-observer");
+            config.lease_ttl = Duration::from_millis(spec.lease_ms);
+            let observer = Cluster::connect(&config)
+                .await
+                .map_err(|e| SimError::Setup(format!("the cluster's observer: {e}")))?;
+            Some(ClusterRun {
+                _nats: nats,
+                observer,
+            })
+        }
+    };
+    relays.resize_with(cmds.len(), || None);
     let docs: Vec<DocumentId> = (0..scenario.lists.count)
         .map(|i| list_document_id(&format!("list-{i}")))
         .collect();
@@ -332,7 +521,7 @@ pub(super) async fn drive(
     }
     let shared = Arc::new(Shared {
         started: Instant::now(),
-        url: Mutex::new(String::new()),
+        urls: Mutex::new(vec![String::new(); cmds.len()]),
         storm: AtomicBool::new(true),
         hub_up: AtomicBool::new(false),
         kills: AtomicU64::new(0),
@@ -343,10 +532,31 @@ pub(super) async fn drive(
         access: access.clone(),
     });
     let mut ctl = Controller {
-        cmd,
+        hubs: cmds
+            .into_iter()
+            .zip(relays)
+            .map(|(cmd, relay)| HubSlot {
+                cmd,
+                process: None,
+                addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+                relay,
+                paused: false,
+                cut: false,
+            })
+            .collect(),
+        cluster,
+        docs: docs.clone(),
+        down: VecDeque::new(),
+        paused: VecDeque::new(),
+        cut: VecDeque::new(),
+        // A cluster's own draws (a hub picked when no hub holds a list): a single hub's
+        // runs draw as they always did.
+        rng: if scenario.cluster.is_some() {
+            rng.fork()
+        } else {
+            Rng::new(cfg.seed)
+        },
         shared: shared.clone(),
-        hub: None,
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         controls: Vec::new(),
         sessions_of_agent,
         live: LiveStats {
@@ -358,7 +568,9 @@ pub(super) async fn drive(
         divergence: Vec::new(),
         slow: Vec::new(),
     };
-    ctl.start_hub(ctl.addr).await?;
+    for i in 0..ctl.hubs.len() {
+        ctl.start_hub(i).await?;
+    }
 
     // The first lead of each list writes its plan and brings it to the hub before
     // anyone else connects (others would otherwise ask for a list the hub lacks).
@@ -421,9 +633,23 @@ pub(super) async fn drive(
     let f = &scenario.faults;
     let mut timeline: Vec<(u64, Ev)> = Vec::new();
     let crashes = behave::hub_crashes(&mut rng, storm_ms, f);
+    let clustered = scenario.cluster.is_some();
     for &(t, down) in &crashes {
-        timeline.push((t, Ev::Kill));
+        let list = if clustered { rng.index(docs.len()) } else { 0 };
+        timeline.push((t, Ev::Kill(list)));
         timeline.push((t + down, Ev::Restart));
+    }
+    // A cluster's pauses and cuts from NATS, each of the hub holding a list picked now.
+    for (n, [lo, hi], start, end) in [
+        (f.hub_pauses, f.hub_pause_ms, Ev::Pause as fn(usize) -> Ev, Ev::Resume),
+        (f.nats_cuts, f.nats_cut_ms, Ev::NatsCut, Ev::NatsHeal),
+    ] {
+        for _ in 0..n {
+            let at = rng.range(1, storm_ms.max(2) - 1);
+            let len = rng.range(lo, hi.max(lo + 1));
+            timeline.push((at, start(rng.index(docs.len()))));
+            timeline.push((at + len, end.clone()));
+        }
     }
     for (at, len, cut) in behave::partitions(&mut rng, storm_ms, f, agents.len()) {
         timeline.push((at, Ev::PartitionStart(cut.clone())));
@@ -550,19 +776,32 @@ pub(super) async fn drive(
         hub_lists.push(ok.then_some(list));
     }
 
-    // Stop the hub as an operator would.
+    // Stop the hubs as an operator would.
     ctl.sample_rss();
-    if let Some(hub) = ctl.hub.take() {
+    let mut stops = Vec::new();
+    for (i, slot) in ctl.hubs.iter_mut().enumerate() {
+        let Some(hub) = slot.process.take() else {
+            continue;
+        };
         let stopped = tokio::task::spawn_blocking(move || hub.terminate())
             .await
-            .map_err(|e| SimError::Setup(format!("stopping the hub: {e}")))?;
-        ctl.live.hub_stop = match stopped {
-            Ok(s) if s.success() => "exit 0 after SIGTERM".into(),
-            Ok(s) => format!("{s} after SIGTERM"),
-            Err(e) => e,
-        };
+            .map_err(|e| SimError::Setup(format!("stopping hub {i}: {e}")))?;
+        stops.push(match stopped {
+            Ok(s) if s.success() => "exit 0 after SIGTERM".to_owned(),
+            Ok(s) => format!("hub {i}: {s} after SIGTERM"),
+            Err(e) => format!("hub {i}: {e}"),
+        });
     }
-    ctl.shared.hub_up.store(false, Ordering::SeqCst);
+    stops.dedup();
+    ctl.live.hub_stop = stops.join("; ");
+    ctl.update_up();
+
+    // A cluster's lists are in its logs: replayed into one SQLite file for the checker,
+    // as a hub taking each list would.
+    let data = match &ctl.cluster {
+        None => ctl.hubs[0].cmd.data.clone(),
+        Some(c) => replay_logs(&c.observer, &docs, &dir.join("cluster.db")).await?,
+    };
 
     let (latencies_ms, unpropagated) = match shared.tracker.lock() {
         Ok(t) => (t.latencies_ms.clone(), t.pending()),
@@ -591,7 +830,34 @@ pub(super) async fn drive(
         live: std::mem::take(&mut ctl.live),
         log: std::mem::take(&mut ctl.log),
         slow,
+        data,
     })
+}
+
+/// The hub id of a cluster's hub `i`: `hub-i`.
+const HUB_ID_PREFIX: &str = "hub-";
+
+fn hub_index(id: &str) -> Option<usize> {
+    id.strip_prefix(HUB_ID_PREFIX)?.parse().ok()
+}
+
+/// Replays each list's log, read by `observer`, into a new SQLite file at `path`.
+async fn replay_logs(
+    observer: &Cluster,
+    docs: &[DocumentId],
+    path: &Path,
+) -> Result<PathBuf, SimError> {
+    let mut db = Db::open(path)?;
+    for (i, doc) in docs.iter().enumerate() {
+        let id = doc_id(doc);
+        let read = observer
+            .read(id, 0)
+            .await
+            .map_err(|e| SimError::Setup(format!("reading the log of list-{i}: {e}")))?;
+        replay_into(&mut db, id, &format!("list-{i}"), &read.records)
+            .map_err(|e| SimError::Setup(format!("replaying the log of list-{i}: {e}")))?;
+    }
+    Ok(path.to_owned())
 }
 
 pub(super) fn ms_since(t: Instant) -> u64 {

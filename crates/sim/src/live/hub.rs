@@ -42,6 +42,8 @@ pub(crate) struct HubCommand {
     pub(crate) config: PathBuf,
     /// Where its stderr goes (appended, one file for every incarnation).
     pub(crate) log: PathBuf,
+    /// More arguments (a cluster's hub: `--nats`, `--hub-id`).
+    pub(crate) extra: Vec<String>,
 }
 
 impl HubCommand {
@@ -66,6 +68,7 @@ impl HubCommand {
             .arg(&self.data)
             .arg("--config")
             .arg(&self.config)
+            .args(&self.extra)
             .env(
                 "SWARMTODO_LOG",
                 std::env::var("SWARMTODO_LOG").unwrap_or_else(|_| "warn".into()),
@@ -132,16 +135,17 @@ impl HubProcess {
         let _ = self.child.wait();
     }
 
+    /// SIGSTOP (`pause`: true) or SIGCONT: a process that stops and later goes on
+    /// where it was, its sockets open. False when the signal could not be sent.
+    pub(crate) fn pause(&self, pause: bool) -> bool {
+        signal(self.child.id(), if pause { "-STOP" } else { "-CONT" })
+    }
+
     /// SIGTERM (a graceful stop: queued work committed, peers closed with 1001), then
     /// waits up to [`HUB_STOP_TIMEOUT`]; past it, SIGKILL. Returns the exit status when
     /// the hub stopped by itself.
     pub(crate) fn terminate(mut self) -> Result<ExitStatus, String> {
-        // No libc binding in this crate: the `kill` command sends the signal.
-        let sent = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        if !sent.is_ok_and(|s| s.success()) {
+        if !signal(self.child.id(), "-TERM") {
             self.kill9();
             return Err("SIGTERM could not be sent; killed".into());
         }
@@ -167,6 +171,16 @@ impl Drop for HubProcess {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Sends signal `sig` (`-TERM`, `-STOP`, `-CONT`) to process `pid`; false on failure.
+fn signal(pid: u32, sig: &str) -> bool {
+    // No libc binding in this crate: the `kill` command sends the signal.
+    Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// A `kB` field of `/proc/PID/status`; 0 when unreadable.

@@ -10,7 +10,6 @@ use automerge::ChangeHash;
 
 use super::access::Access;
 use super::controller::{ms_since, Ended, QUIET_SAMPLES};
-use super::hub::HubCommand;
 use crate::check::{self, Check, FinalState, Replica, SideOutcome};
 use crate::outcome::{LiveConfig, LiveFault, LiveStats, RunOutcome, SimError, SlowReaderOutcome};
 use crate::scenario::Scenario;
@@ -43,7 +42,6 @@ fn plant_lost_write(path: &std::path::Path, acked: &BTreeSet<ChangeHash>) -> Opt
 pub(super) fn judge(
     scenario: &Scenario,
     cfg: &LiveConfig,
-    cmd: &HubCommand,
     access: &Access,
     mut ended: Ended,
     started: Instant,
@@ -57,12 +55,12 @@ pub(super) fn judge(
     }
     if cfg.fault == Some(LiveFault::StoreLosesAckedWrite) {
         let all: BTreeSet<ChangeHash> = acked.values().flatten().copied().collect();
-        let gone = plant_lost_write(&cmd.data, &all);
+        let gone = plant_lost_write(&ended.data, &all);
         ended.log.push(format!(
             "planted: acknowledged change {gone:?} deleted from the store"
         ));
     }
-    let db = Db::open(&cmd.data)?;
+    let db = Db::open(&ended.data)?;
     // The checker judges by what the hub enforces: the policy and roles of the
     // configuration file it was started with (as the deterministic runner's hub has
     // them: the default policy, workers and the rogue as workers).
@@ -109,6 +107,7 @@ pub(super) fn judge(
         roles,
         sides,
         closes: ended.stats.closes.clone(),
+        clustered: scenario.cluster.is_some(),
         events: None,
     };
     let verdict = check::check(&state)?;

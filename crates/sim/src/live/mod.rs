@@ -38,6 +38,7 @@ mod access;
 mod controller;
 mod hub;
 mod judge;
+mod nats;
 mod raw;
 mod session;
 mod shared;
@@ -51,6 +52,7 @@ pub use self::controller::{
 };
 use self::hub::HubCommand;
 pub use self::hub::{HUB_START_TIMEOUT, HUB_STOP_TIMEOUT};
+pub use self::nats::{nats_server_bin, NatsProcess, Relay, NATS_START_TIMEOUT};
 use self::judge::judge;
 pub use self::raw::{
     BAD_FRAME_TIMEOUT, SLOW_READER_CLOSE_WAIT, SLOW_READER_RCVBUF_BYTES, SLOW_READER_WRITES_MAX,
@@ -73,23 +75,29 @@ pub fn run_live(scenario: &Scenario, cfg: &LiveConfig) -> Result<RunOutcome, Sim
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| SimError::Io(dir.display().to_string(), e))?;
     let access = Access::new(scenario, cfg.seed, cfg.fault)?;
-    let config = dir.join("hub.toml");
-    std::fs::write(&config, access.toml())
-        .map_err(|e| SimError::Io(config.display().to_string(), e))?;
-    let cmd = HubCommand {
-        bin: cfg.hub_bin.clone(),
-        data: dir.join("hub.db"),
-        config,
-        log: dir.join("hub.log"),
+    // One hub, or a cluster's: each with its configuration, store and log.
+    let cmds = match &scenario.cluster {
+        None => vec![hub_command(cfg, &dir, "hub", access.toml())?],
+        Some(c) => (0..c.hubs)
+            .map(|i| {
+                let toml = format!(
+                    "{}\n[cluster]\nlease_ms = {}\nrollup_after_commits = {}\n",
+                    access.toml(),
+                    c.lease_ms,
+                    c.rollup_after_commits
+                );
+                hub_command(cfg, &dir, &format!("hub-{i}"), &toml)
+            })
+            .collect::<Result<_, _>>()?,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| SimError::Io("the async runtime".into(), e))?;
-    let ended = runtime.block_on(drive(scenario, cfg, &cmd, &access));
+    let ended = runtime.block_on(drive(scenario, cfg, cmds, &access, &dir));
     runtime.shutdown_timeout(Duration::from_secs(1));
-    let mut outcome = judge(scenario, cfg, &cmd, &access, ended?, started)?;
+    let mut outcome = judge(scenario, cfg, &access, ended?, started)?;
     if outcome.passed() {
         // Best effort: a leftover folder only costs disk.
         let _ = std::fs::remove_dir_all(&dir);
@@ -97,4 +105,22 @@ pub fn run_live(scenario: &Scenario, cfg: &LiveConfig) -> Result<RunOutcome, Sim
         live.kept_dir = Some(dir.display().to_string());
     }
     Ok(outcome)
+}
+
+/// Hub `name` of a run in `dir`: its configuration file (`toml`), store and log there.
+fn hub_command(
+    cfg: &LiveConfig,
+    dir: &std::path::Path,
+    name: &str,
+    toml: &str,
+) -> Result<HubCommand, SimError> {
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, toml).map_err(|e| SimError::Io(config.display().to_string(), e))?;
+    Ok(HubCommand {
+        bin: cfg.hub_bin.clone(),
+        data: dir.join(format!("{name}.db")),
+        config,
+        log: dir.join(format!("{name}.log")),
+        extra: Vec::new(),
+    })
 }

@@ -207,14 +207,14 @@ impl Session {
             }
             cancelled = false;
             if acts && shared.storm.load(Ordering::Relaxed) && Instant::now() >= next_act {
-                let url = authed(&shared.url(), &self.spec.token);
+                let url = authed(&shared.url_of(self.spec.index), &self.spec.token);
                 self.act(&shared, &url, conn.is_some()).await;
                 let gap = behave::interval_ms(&mut self.rng, self.spec.rate_per_s);
                 next_act = Instant::now() + Duration::from_millis(gap);
                 self.publish(&shared, conn.is_some());
             }
             if conn.is_none() && ctl.online && Instant::now() >= retry_at {
-                let url = authed(&shared.url(), &self.spec.token);
+                let url = authed(&shared.url_of(self.spec.index), &self.spec.token);
                 let peer = self.peer_id();
                 let connected = tokio::select! {
                     c = Connection::connect(&url, &peer) => Some(c),

@@ -18,13 +18,14 @@ use swarmtodo_core::model::TodoList;
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(super) started: Instant,
-    /// The hub's current URL (`ws://127.0.0.1:PORT`).
-    pub(super) url: Mutex<String>,
+    /// Each hub's current URL (`ws://127.0.0.1:PORT`): one, or those of a cluster.
+    pub(super) urls: Mutex<Vec<String>>,
     /// Agents act only during the storm.
     pub(crate) storm: AtomicBool,
-    /// The hub process is running.
+    /// Every hub process is running (none killed, paused or cut from NATS).
     pub(crate) hub_up: AtomicBool,
-    /// Kills so far (a raw peer whose life saw one was answered by nothing).
+    /// Kills so far, with a cluster's pauses and cuts from NATS (a raw peer whose life
+    /// saw one may have been answered by nothing).
     pub(crate) kills: AtomicU64,
     /// Write → everywhere latencies.
     pub(crate) tracker: Mutex<Tracker>,
@@ -40,14 +41,27 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The hub's URL now.
+    /// The (first) hub's URL now.
     pub(crate) fn url(&self) -> String {
-        self.url.lock().map(|u| u.clone()).unwrap_or_default()
+        self.url_of(0)
     }
 
-    pub(super) fn set_url(&self, url: String) {
-        if let Ok(mut u) = self.url.lock() {
-            *u = url;
+    /// The URL of the hub a session of index `session` connects to: the sessions are
+    /// spread over a cluster's hubs.
+    pub(crate) fn url_of(&self, session: usize) -> String {
+        self.urls
+            .lock()
+            .ok()
+            .and_then(|u| (!u.is_empty()).then(|| u[session % u.len()].clone()))
+            .unwrap_or_default()
+    }
+
+    pub(super) fn set_url(&self, hub: usize, url: String) {
+        if let Ok(mut u) = self.urls.lock() {
+            if u.len() <= hub {
+                u.resize(hub + 1, String::new());
+            }
+            u[hub] = url;
         }
     }
 

@@ -167,6 +167,7 @@ impl Sim<'_> {
             roles: self.roles.clone(),
             sides,
             closes: self.stats.closes.clone(),
+            clustered: false,
             events: Some(&self.delivery),
         };
         let verdict = check::check(&state)?;
