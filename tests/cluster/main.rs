@@ -1210,3 +1210,4 @@ async fn a_snapshot_larger_than_a_message_is_kept_in_the_object_store_up_to_its_
     a.renew(&mut t).await.unwrap();
     a.append(&mut t, &w.commit(9, 0)).await.unwrap();
 }
+

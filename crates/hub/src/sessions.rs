@@ -169,7 +169,28 @@ impl Sessions {
                         _ => None,
                     }
                 }
-                None => None,
+                None => {
+                    // A session this hub does not know — opened with this hub's former
+                    // process (same id, restarted), or let go — whose carrying hub
+                    // still sends: it closes its peer, which reconnects and is carried
+                    // anew.
+                    let carrier = m.session.split_once('/').map(|(hub, _)| hub.to_owned());
+                    if let Some(carrier) = carrier.filter(|c| c != self.cluster.hub()) {
+                        if matches!(m.op.as_str(), "frame" | "alive") {
+                            let cluster = self.cluster.clone();
+                            let close = close(
+                                1012,
+                                "list_moved",
+                                "the list's hub restarted since you were carried there: reconnect",
+                            );
+                            let body = serde_json::to_vec(&close).unwrap_or_default();
+                            self.cluster.spawn(async move {
+                                let _ = cluster.session_send(&carrier, &m.session, "close", &body).await;
+                            });
+                        }
+                    }
+                    None
+                }
             }
         };
         if let Some(input) = input {
@@ -197,6 +218,17 @@ impl Sessions {
             }
         };
         let conn = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
+        // A session of the same name still here is one the carrying hub's former
+        // process opened (restarted, it numbers its connections anew): that peer is gone.
+        let former = match self.lock().get(&m.session) {
+            Some(Route::Held { conn, .. }) => Some(*conn),
+            _ => None,
+        };
+        if let Some(former) = former {
+            let _ = to_hub
+                .send(ToHub::Input(Input::Disconnected(former)))
+                .await;
+        }
         let (outbox, reader) = Outbox::new();
         let OutboxReader {
             frames: mut frames_rx,
@@ -236,7 +268,11 @@ impl Sessions {
             let close = closed.unwrap_or_else(|| close(1001, "shutdown", "the hub stopped"));
             let body = serde_json::to_vec(&close).unwrap_or_default();
             let _ = cluster.session_send(&to, &session, "close", &body).await;
-            me.lock().remove(&session);
+            // Its route, unless a session of the same name took its place.
+            let mut routes = me.lock();
+            if matches!(routes.get(&session), Some(Route::Held { conn: c, .. }) if *c == conn) {
+                routes.remove(&session);
+            }
         });
         let join = wire::encode(&WireMessage::Join {
             sender_id: peer,
