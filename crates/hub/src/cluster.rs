@@ -115,8 +115,11 @@ impl ClusterSide {
         if let Ok(mut terms) = self.terms.lock() {
             terms.insert(doc, Arc::new(tokio::sync::Mutex::new(tenure)));
         }
+        let started = Instant::now();
         let replayed = match self.cluster.read(id, 0).await {
             Ok(read) if read.through >= through => {
+                let read_ms = started.elapsed().as_millis() as u64;
+                tracing::debug!(%doc, read_ms, records = read.records.len(), "the list's log read");
                 if let Some(term) = self.term(&doc) {
                     term.lock().await.caught_up(&read.records);
                 }
@@ -135,7 +138,8 @@ impl ClusterSide {
         };
         match replayed {
             Ok(r) => {
-                tracing::info!(%doc, lease, commits = r.commits, events = r.events, "list taken; its log replayed into the store");
+                let ms = started.elapsed().as_millis() as u64;
+                tracing::info!(%doc, lease, commits = r.commits, events = r.events, ms, "list taken; its log replayed into the store");
                 Ok(r)
             }
             Err(e) => {

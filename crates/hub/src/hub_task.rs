@@ -597,7 +597,9 @@ impl Io for Relay {
                         return;
                     }
                 }
+                let started = std::time::Instant::now();
                 let loaded = persist::load(&store, doc, actor).await;
+                tracing::debug!(%doc, ms = started.elapsed().as_millis() as u64, "list loaded from the store");
                 let _ = to_hub.send(ToHub::Loaded(doc, Box::new(loaded))).await;
             });
         }

@@ -6,8 +6,10 @@
 //! sends only what it repaired — so no peer, wherever it connects, receives a change
 //! the authority did not judge.
 //!
-//! A session is named `<carrying hub>/<its connection>`; its messages go to the other
-//! hub's session subject. The carrying hub sends `open` (who the peer is), `frame`,
+//! A session is named `<carrying hub>/<its process>-<its connection>` (a hub restarted
+//! under its id numbers its connections anew: the process part keeps the names of its
+//! sessions apart from its former process's); its messages go to the other hub's
+//! session subject. The carrying hub sends `open` (who the peer is), `frame`,
 //! `alive` (every third of a lease) and `close` (the peer left); the authority sends
 //! `frame` and `close` (with why). The carrying hub closes the peer with 1012
 //! `list_moved` once the authority no longer holds the list; the authority lets a
@@ -86,6 +88,8 @@ pub(crate) struct Sessions {
     cluster: Cluster,
     routes: Arc<Mutex<BTreeMap<String, Route>>>,
     next_conn: Arc<AtomicU64>,
+    /// This process, among the processes that ran under this hub's id.
+    process: String,
 }
 
 impl Sessions {
@@ -96,6 +100,7 @@ impl Sessions {
             cluster: cluster.clone(),
             routes: Arc::default(),
             next_conn: Arc::new(AtomicU64::new(CARRIED_CONN_FIRST)),
+            process: automerge::ActorId::random().to_hex_string()[..8].to_owned(),
         };
         let me = sessions.clone();
         cluster.spawn(async move {
@@ -173,7 +178,7 @@ impl Sessions {
                     // A session this hub does not know — opened with this hub's former
                     // process (same id, restarted), or let go — whose carrying hub
                     // still sends: it closes its peer, which reconnects and is carried
-                    // anew.
+                    // anew (`until_moved` sees no move: the holder's id is the same).
                     let carrier = m.session.split_once('/').map(|(hub, _)| hub.to_owned());
                     if let Some(carrier) = carrier.filter(|c| c != self.cluster.hub()) {
                         if matches!(m.op.as_str(), "frame" | "alive") {
@@ -218,17 +223,6 @@ impl Sessions {
             }
         };
         let conn = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
-        // A session of the same name still here is one the carrying hub's former
-        // process opened (restarted, it numbers its connections anew): that peer is gone.
-        let former = match self.lock().get(&m.session) {
-            Some(Route::Held { conn, .. }) => Some(*conn),
-            _ => None,
-        };
-        if let Some(former) = former {
-            let _ = to_hub
-                .send(ToHub::Input(Input::Disconnected(former)))
-                .await;
-        }
         let (outbox, reader) = Outbox::new();
         let OutboxReader {
             frames: mut frames_rx,
@@ -268,11 +262,7 @@ impl Sessions {
             let close = closed.unwrap_or_else(|| close(1001, "shutdown", "the hub stopped"));
             let body = serde_json::to_vec(&close).unwrap_or_default();
             let _ = cluster.session_send(&to, &session, "close", &body).await;
-            // Its route, unless a session of the same name took its place.
-            let mut routes = me.lock();
-            if matches!(routes.get(&session), Some(Route::Held { conn: c, .. }) if *c == conn) {
-                routes.remove(&session);
-            }
+            me.lock().remove(&session);
         });
         let join = wire::encode(&WireMessage::Join {
             sender_id: peer,
@@ -335,7 +325,7 @@ impl Sessions {
     ) -> mpsc::Sender<FromPeer> {
         let (to_session, mut from_peer) = mpsc::channel::<FromPeer>(OUTBOX_FRAMES_MAX);
         let (to_me, mut from_holder) = mpsc::channel::<FromHolder>(OUTBOX_FRAMES_MAX);
-        let session = format!("{}/{}", self.cluster.hub(), handed.conn.0);
+        let session = format!("{}/{}-{}", self.cluster.hub(), self.process, handed.conn.0);
         self.lock().insert(session.clone(), Route::Carried(to_me));
         let me = self.clone();
         self.cluster.spawn(async move {

@@ -786,14 +786,17 @@ pub(super) async fn drive(
         let stopped = tokio::task::spawn_blocking(move || hub.terminate())
             .await
             .map_err(|e| SimError::Setup(format!("stopping hub {i}: {e}")))?;
-        stops.push(match stopped {
-            Ok(s) if s.success() => "exit 0 after SIGTERM".to_owned(),
-            Ok(s) => format!("hub {i}: {s} after SIGTERM"),
-            Err(e) => format!("hub {i}: {e}"),
-        });
+        match stopped {
+            Ok(s) if s.success() => {}
+            Ok(s) => stops.push(format!("hub {i}: {s} after SIGTERM")),
+            Err(e) => stops.push(format!("hub {i}: {e}")),
+        }
     }
-    stops.dedup();
-    ctl.live.hub_stop = stops.join("; ");
+    ctl.live.hub_stop = if stops.is_empty() {
+        "exit 0 after SIGTERM".to_owned()
+    } else {
+        stops.join("; ")
+    };
     ctl.update_up();
 
     // A cluster's lists are in its logs: replayed into one SQLite file for the checker,
