@@ -945,7 +945,6 @@ async fn a_hub_taking_a_list_replays_the_log_into_its_own_store() {
     assert_eq!(db_c.last_event_seq(doc).unwrap(), 5, "nothing was written");
 }
 
-
 /// The list hub-a writes in the snapshot tests, kept as a hub keeps it: its document,
 /// and every event and key it committed.
 struct Written {
@@ -1043,7 +1042,11 @@ async fn a_snapshot_rolls_the_log_up_and_a_hub_replays_it_into_the_same_list() {
     wrong.batch.events = w.events[1..].to_vec();
     let e = roll_up(&a, &mut t, &wrong).await.unwrap_err();
     assert_eq!(e.code(), "cluster_snapshot_mismatch", "{e}");
-    assert_eq!(a.read(doc, 0).await.unwrap().records.len(), 21, "nothing written");
+    assert_eq!(
+        a.read(doc, 0).await.unwrap().records.len(),
+        21,
+        "nothing written"
+    );
 
     let rolled = roll_up(&a, &mut t, &w.snapshot()).await.unwrap();
     assert_eq!(t.last(), rolled);
@@ -1089,7 +1092,12 @@ async fn a_snapshot_rolls_the_log_up_and_a_hub_replays_it_into_the_same_list() {
     let r = replay_into(&mut db_c, doc, "plan", &read.records).unwrap();
     assert_eq!((r.changes, r.events), (3, 23), "{r:?}");
     assert_eq!(
-        db_c.load(doc).unwrap().unwrap().rebuild().unwrap().get_heads(),
+        db_c.load(doc)
+            .unwrap()
+            .unwrap()
+            .rebuild()
+            .unwrap()
+            .get_heads(),
         w.doc.get_heads()
     );
 
@@ -1112,7 +1120,11 @@ async fn a_snapshot_rolls_the_log_up_and_a_hub_replays_it_into_the_same_list() {
     let e = roll_up(&a, &mut t, &w.snapshot()).await.unwrap_err();
     assert_eq!(e.code(), "cluster_fenced", "{e}");
     let after = a.read(doc, 0).await.unwrap();
-    assert_eq!(after.records.len(), 6, "the snapshot, four commits, the fence");
+    assert_eq!(
+        after.records.len(),
+        6,
+        "the snapshot, four commits, the fence"
+    );
     // hub-b reads the log and rolls it up in its turn.
     tb.caught_up(&after.records);
     assert_eq!((tb.events(), tb.since_snapshot()), (Some(24), 4));
@@ -1143,7 +1155,10 @@ async fn a_snapshot_larger_than_a_message_is_kept_in_the_object_store_up_to_its_
     roll_up(&a, &mut t, &w.snapshot()).await.unwrap();
     let read = a.read(doc, 0).await.unwrap();
     assert_eq!(snapshots(&read).len(), 1);
-    let first = read.records[0].object.clone().expect("kept in the object store");
+    let first = read.records[0]
+        .object
+        .clone()
+        .expect("kept in the object store");
     let Entry::Snapshot(s) = &read.records[0].entry else {
         panic!("{:?}", read.records[0]);
     };
@@ -1159,19 +1174,25 @@ async fn a_snapshot_larger_than_a_message_is_kept_in_the_object_store_up_to_its_
 
     // At the limit: the events fill what the document and the keys leave.
     let mut big = w.snapshot();
-    let fixed = swarmtodo_cluster::record::encode_snapshot(&big).unwrap().len();
-    let event = NewEvent::from_json("blob", format!("\"{}\"", "y".repeat(EVENT_BYTES_MAX - 2)))
-        .unwrap();
+    let fixed = swarmtodo_cluster::record::encode_snapshot(&big)
+        .unwrap()
+        .len();
+    let event =
+        NewEvent::from_json("blob", format!("\"{}\"", "y".repeat(EVENT_BYTES_MAX - 2))).unwrap();
     let per = 8 + event.kind().len() + event.json().len();
     let room = LOG_RECORD_BYTES_MAX - fixed;
-    big.batch.events.extend(std::iter::repeat_n(event.clone(), room / per));
+    big.batch
+        .events
+        .extend(std::iter::repeat_n(event.clone(), room / per));
     let rest = room % per;
     if rest > 8 + 4 + 2 {
-        let last = NewEvent::from_json("blob", format!("\"{}\"", "z".repeat(rest - 8 - 4 - 2)))
-            .unwrap();
+        let last =
+            NewEvent::from_json("blob", format!("\"{}\"", "z".repeat(rest - 8 - 4 - 2))).unwrap();
         big.batch.events.push(last);
     }
-    let bytes = swarmtodo_cluster::record::encode_snapshot(&big).unwrap().len();
+    let bytes = swarmtodo_cluster::record::encode_snapshot(&big)
+        .unwrap()
+        .len();
     assert!(LOG_RECORD_BYTES_MAX - bytes < per, "{bytes}");
     // The log's events are what the snapshot carries (as a hub's store would).
     t.caught_up(&[swarmtodo_cluster::Logged {
@@ -1210,4 +1231,3 @@ async fn a_snapshot_larger_than_a_message_is_kept_in_the_object_store_up_to_its_
     a.renew(&mut t).await.unwrap();
     a.append(&mut t, &w.commit(9, 0)).await.unwrap();
 }
-

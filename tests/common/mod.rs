@@ -538,4 +538,5 @@ impl Drop for NatsServer {
 /// A TCP relay on a free loopback port to a NATS server that a test can cut — every
 /// connection through it dropped, new ones refused — and heal: a hub cut from NATS while
 /// both keep running.
+#[allow(unused_imports)] // Not every test binary that includes this module cuts a hub.
 pub use swarmtodo::sim::live::Relay as Cut;

@@ -42,11 +42,11 @@ pub use self::log::{
 pub mod headers {
     pub use crate::log::{HUB, KIND, LEASE, OBJECT, PART};
 }
-pub use self::record::Snapshot;
 use self::limits::{
     HUB_ID_BYTES_MAX, LEASE_TTL_DEFAULT, LEASE_TTL_MIN, LOG_ROLLUP_AFTER_COMMITS,
     NATS_REQUEST_TIMEOUT,
 };
+pub use self::record::Snapshot;
 pub use self::replay::{replay_into, Replayed};
 pub use self::tenure::{KeptSnapshot, LogPoint, Tenure};
 

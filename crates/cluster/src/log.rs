@@ -119,7 +119,8 @@ impl std::fmt::Debug for Log {
 impl Log {
     /// Opens the log stream, creating it with `replicas` copies if it does not exist.
     pub(crate) async fn open(js: jetstream::Context, replicas: usize) -> Result<Log, ClusterError> {
-        let failed = |e: String| ClusterError::JetStream(format!("the log stream {LOG_STREAM}: {e}"));
+        let failed =
+            |e: String| ClusterError::JetStream(format!("the log stream {LOG_STREAM}: {e}"));
         let mut stream = js
             .get_or_create_stream(stream::Config {
                 name: LOG_STREAM.to_owned(),

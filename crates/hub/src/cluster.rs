@@ -224,7 +224,9 @@ impl ClusterSide {
                 ms = started.elapsed().as_millis() as u64,
                 "the list's log rolled up into a snapshot"
             ),
-            Err(e) => tracing::warn!(%doc, error = %e, code = e.code(), "the list's log was not rolled up"),
+            Err(e) => {
+                tracing::warn!(%doc, error = %e, code = e.code(), "the list's log was not rolled up")
+            }
         }
     }
 

@@ -190,7 +190,9 @@ impl Sessions {
                             );
                             let body = serde_json::to_vec(&close).unwrap_or_default();
                             self.cluster.spawn(async move {
-                                let _ = cluster.session_send(&carrier, &m.session, "close", &body).await;
+                                let _ = cluster
+                                    .session_send(&carrier, &m.session, "close", &body)
+                                    .await;
                             });
                         }
                     }

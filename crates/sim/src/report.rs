@@ -73,6 +73,10 @@ pub struct LiveSummary {
     pub kills: u64,
     /// Restarts that had to take a new port.
     pub restarts_on_new_port: u64,
+    /// A cluster's hubs paused past their lease, then woken.
+    pub pauses: u64,
+    /// A cluster's hubs cut from NATS, then reconnected.
+    pub nats_cuts: u64,
     /// Connection cuts.
     pub cuts: u64,
     /// Reconnects after a sync that made no progress.
@@ -102,6 +106,8 @@ fn live_summary(runs: &[RunOutcome]) -> Option<LiveSummary> {
         storm_ms += l.storm_ms;
         out.kills += l.kills;
         out.restarts_on_new_port += l.restarts_on_new_port;
+        out.pauses += l.pauses;
+        out.nats_cuts += l.nats_cuts;
         out.cuts += l.cuts;
         out.stall_resets += r.stats.stall_resets;
         out.slow_readers[0] += l.slow_readers.len() as u64;
@@ -273,6 +279,12 @@ fn live_rows(row: &mut impl FnMut(&str, String), s: &Summary, l: &LiveSummary) {
             l.kills, l.restarts_on_new_port
         ),
     );
+    if l.pauses + l.nats_cuts > 0 {
+        row(
+            "hubs paused / cut from NATS",
+            format!("{} / {}", l.pauses, l.nats_cuts),
+        );
+    }
     row(
         "cuts / stall resets",
         format!("{} / {}", l.cuts, l.stall_resets),

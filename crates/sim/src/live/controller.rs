@@ -26,10 +26,10 @@ use crate::rng::Rng;
 use crate::scenario::{RoleSpec, Scenario};
 use swarmtodo_client::{list_document_id, Connection};
 use swarmtodo_cluster::{replay_into, Cluster, ClusterConfig};
-use swarmtodo_store::persist::doc_id;
-use swarmtodo_store::Db;
 use swarmtodo_core::model::{TodoList, WriteContext};
 use swarmtodo_proto::wire::DocumentId;
+use swarmtodo_store::persist::doc_id;
+use swarmtodo_store::Db;
 
 /// Consecutive quiet samples (every [`SAMPLE_MS`]) that make quiescence.
 pub const QUIET_SAMPLES: u32 = 3;
@@ -161,7 +161,9 @@ impl Controller {
             Ok(h) => h,
             // The old port was taken meanwhile: any free one, and the agents follow.
             Err(e) if listen.port() != 0 => {
-                self.note(format!("restart of hub {i} on {listen} failed ({e}); any port"));
+                self.note(format!(
+                    "restart of hub {i} on {listen} failed ({e}); any port"
+                ));
                 self.live.restarts_on_new_port += 1;
                 let cmd = self.hubs[i].cmd.clone();
                 let any = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -209,7 +211,9 @@ impl Controller {
         let pid = hub.pid();
         let _ = tokio::task::spawn_blocking(move || hub.kill9()).await;
         self.down.push_back(i);
-        self.note(format!("kill -9 hub {i} (pid {pid}), holder of list-{list}"));
+        self.note(format!(
+            "kill -9 hub {i} (pid {pid}), holder of list-{list}"
+        ));
     }
 
     /// SIGSTOP of the hub holding `list` (`true`), or SIGCONT of the first paused.
@@ -641,7 +645,12 @@ pub(super) async fn drive(
     }
     // A cluster's pauses and cuts from NATS, each of the hub holding a list picked now.
     for (n, [lo, hi], start, end) in [
-        (f.hub_pauses, f.hub_pause_ms, Ev::Pause as fn(usize) -> Ev, Ev::Resume),
+        (
+            f.hub_pauses,
+            f.hub_pause_ms,
+            Ev::Pause as fn(usize) -> Ev,
+            Ev::Resume,
+        ),
         (f.nats_cuts, f.nats_cut_ms, Ev::NatsCut, Ev::NatsHeal),
     ] {
         for _ in 0..n {

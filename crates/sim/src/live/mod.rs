@@ -52,8 +52,8 @@ pub use self::controller::{
 };
 use self::hub::HubCommand;
 pub use self::hub::{HUB_START_TIMEOUT, HUB_STOP_TIMEOUT};
-pub use self::nats::{nats_server_bin, NatsProcess, Relay, NATS_START_TIMEOUT};
 use self::judge::judge;
+pub use self::nats::{nats_server_bin, NatsProcess, Relay, NATS_START_TIMEOUT};
 pub use self::raw::{
     BAD_FRAME_TIMEOUT, SLOW_READER_CLOSE_WAIT, SLOW_READER_RCVBUF_BYTES, SLOW_READER_WRITES_MAX,
     SLOW_READER_WRITE_TASKS,
