@@ -218,7 +218,7 @@ async fn fanout(hubs: &[String]) -> (Duration, Duration, Duration) {
         let mut rx = list.subscribe();
         let (sent, seen) = (sent.clone(), seen.clone());
         watchers.push(tokio::spawn(async move {
-            let mut got = vec![false; FANOUT_WRITES];
+            let mut got = [false; FANOUT_WRITES];
             while got.iter().any(|g| !g) {
                 if rx.changed().await.is_err() {
                     return;

@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,8 +14,9 @@ use automerge::{ActorId, ChangeHash};
 use tokio::sync::watch;
 
 use super::access::{authed, slow_reader_list, Access, CHECKER_AGENT};
+use super::cluster::ClusterRun;
 use super::hub::{HubCommand, HubProcess};
-use super::nats::{nats_server_bin, NatsProcess, Relay};
+use super::nats::Relay;
 use super::raw;
 use super::session::{Session, Spec};
 use super::shared::{Control, Shared, Status, Tracker};
@@ -25,11 +25,8 @@ use crate::outcome::{LiveConfig, LiveStats, SimError, SlowReaderOutcome, Stats, 
 use crate::rng::Rng;
 use crate::scenario::{RoleSpec, Scenario};
 use swarmtodo_client::{list_document_id, Connection};
-use swarmtodo_cluster::{replay_into, Cluster, ClusterConfig};
 use swarmtodo_core::model::{TodoList, WriteContext};
 use swarmtodo_proto::wire::DocumentId;
-use swarmtodo_store::persist::doc_id;
-use swarmtodo_store::Db;
 
 /// Consecutive quiet samples (every [`SAMPLE_MS`]) that make quiescence.
 pub const QUIET_SAMPLES: u32 = 3;
@@ -93,13 +90,6 @@ struct HubSlot {
     relay: Option<Relay>,
     paused: bool,
     cut: bool,
-}
-
-/// What a live run of a cluster adds: the nats-server, and a client of its own that
-/// finds which hub holds a list and reads the logs at the end.
-struct ClusterRun {
-    _nats: NatsProcess,
-    observer: Cluster,
 }
 
 struct Controller {
@@ -187,12 +177,10 @@ impl Controller {
         let Some(c) = &self.cluster else {
             return 0;
         };
-        let held = c.observer.holder(doc_id(&self.docs[list])).await;
-        match held {
-            Ok(Some((hub, _))) => hub_index(&hub).filter(|&i| i < self.hubs.len()),
-            _ => None,
-        }
-        .unwrap_or_else(|| self.rng.index(self.hubs.len()))
+        c.holder(&self.docs[list])
+            .await
+            .filter(|&i| i < self.hubs.len())
+            .unwrap_or_else(|| self.rng.index(self.hubs.len()))
     }
 
     async fn kill(&mut self, list: usize) {
@@ -425,39 +413,13 @@ pub(super) async fn drive(
 ) -> Result<Ended, SimError> {
     let mut rng = Rng::new(cfg.seed);
     // A cluster: its nats-server, a relay per hub to it, and an observer.
-    let mut relays = Vec::new();
-    let cluster = match &scenario.cluster {
-        None => None,
+    let (cluster, relays) = match &scenario.cluster {
+        None => (None, vec![None]),
         Some(spec) => {
-            let bin = cfg.nats_bin.clone().unwrap_or_else(nats_server_bin);
-            let store = dir.join("nats");
-            let nats = tokio::task::spawn_blocking(move || {
-                NatsProcess::start(Command::new(bin), &store, &[])
-            })
-            .await
-            .map_err(|e| SimError::Setup(format!("starting nats-server: {e}")))??;
-            for (i, cmd) in cmds.iter_mut().enumerate() {
-                let relay = Relay::start(&nats.url).await?;
-                cmd.extra = vec![
-                    "--nats".into(),
-                    relay.url.clone(),
-                    "--hub-id".into(),
-                    format!("{HUB_ID_PREFIX}{i}"),
-                ];
-                relays.push(Some(relay));
-            }
-            let mut config = ClusterConfig::new(&nats.url, "sim-observer");
-            config.lease_ttl = Duration::from_millis(spec.lease_ms);
-            let observer = Cluster::connect(&config)
-                .await
-                .map_err(|e| SimError::Setup(format!("the cluster's observer: {e}")))?;
-            Some(ClusterRun {
-                _nats: nats,
-                observer,
-            })
+            let (run, relays) = ClusterRun::start(spec, cfg, &mut cmds, dir).await?;
+            (Some(run), relays.into_iter().map(Some).collect())
         }
     };
-    relays.resize_with(cmds.len(), || None);
     let docs: Vec<DocumentId> = (0..scenario.lists.count)
         .map(|i| list_document_id(&format!("list-{i}")))
         .collect();
@@ -812,7 +774,7 @@ pub(super) async fn drive(
     // as a hub taking each list would.
     let data = match &ctl.cluster {
         None => ctl.hubs[0].cmd.data.clone(),
-        Some(c) => replay_logs(&c.observer, &docs, &dir.join("cluster.db")).await?,
+        Some(c) => c.replay_logs(&docs, &dir.join("cluster.db")).await?,
     };
 
     let (latencies_ms, unpropagated) = match shared.tracker.lock() {
@@ -844,32 +806,6 @@ pub(super) async fn drive(
         slow,
         data,
     })
-}
-
-/// The hub id of a cluster's hub `i`: `hub-i`.
-const HUB_ID_PREFIX: &str = "hub-";
-
-fn hub_index(id: &str) -> Option<usize> {
-    id.strip_prefix(HUB_ID_PREFIX)?.parse().ok()
-}
-
-/// Replays each list's log, read by `observer`, into a new SQLite file at `path`.
-async fn replay_logs(
-    observer: &Cluster,
-    docs: &[DocumentId],
-    path: &Path,
-) -> Result<PathBuf, SimError> {
-    let mut db = Db::open(path)?;
-    for (i, doc) in docs.iter().enumerate() {
-        let id = doc_id(doc);
-        let read = observer
-            .read(id, 0)
-            .await
-            .map_err(|e| SimError::Setup(format!("reading the log of list-{i}: {e}")))?;
-        replay_into(&mut db, id, &format!("list-{i}"), &read.records)
-            .map_err(|e| SimError::Setup(format!("replaying the log of list-{i}: {e}")))?;
-    }
-    Ok(path.to_owned())
 }
 
 pub(super) fn ms_since(t: Instant) -> u64 {

@@ -35,6 +35,7 @@
 //! [`Connection`]: swarmtodo_client::Connection
 
 mod access;
+mod cluster;
 mod controller;
 mod hub;
 mod judge;
