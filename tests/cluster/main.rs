@@ -1060,7 +1060,7 @@ async fn a_snapshot_rolls_the_log_up_and_a_hub_replays_it_into_the_same_list() {
         panic!("{:?}", read.records[0]);
     };
     assert_eq!(s.batch.events.len(), 20);
-    assert_eq!(read.records[0].object, None, "small: in the message itself");
+    assert_eq!(read.records[0].parts, None, "small: in the message itself");
     assert_eq!(commits(&read).len(), 3);
 
     // A hub that never saw the list.
@@ -1102,7 +1102,7 @@ async fn a_snapshot_rolls_the_log_up_and_a_hub_replays_it_into_the_same_list() {
     );
 
     // A snapshot made before the log moved on is refused without writing, and its
-    // object with it; the term goes on.
+    // parts with it; the term goes on.
     let at = t.begin_snapshot();
     let stale = a.keep_snapshot(at, &w.snapshot()).await.unwrap();
     a.append(&mut t, &w.commit(23, 10)).await.unwrap();
@@ -1134,12 +1134,12 @@ async fn a_snapshot_rolls_the_log_up_and_a_hub_replays_it_into_the_same_list() {
     assert_eq!(last.records[0].hub, "hub-b");
 }
 
-/// A snapshot larger than one message is kept in the object store and named by its
-/// rollup; the next snapshot's rollup deletes it. One at the size limit of a record is
+/// A snapshot larger than one message is kept in parts on a subject of its own, named
+/// by its rollup; the next snapshot's rollup purges them. One at the size limit of a record is
 /// taken; one past it is refused before anything is written, and the term goes on.
 #[tokio::test]
-async fn a_snapshot_larger_than_a_message_is_kept_in_the_object_store_up_to_its_limit() {
-    let nats = NatsServer::start("rollup-object");
+async fn a_snapshot_larger_than_a_message_is_kept_in_parts_up_to_its_limit() {
+    let nats = NatsServer::start("rollup-parts");
     // A long lease: the largest snapshot takes a while, and this test renews between
     // steps only.
     let mut config = ClusterConfig::new(&nats.url, "hub-a");
@@ -1155,10 +1155,7 @@ async fn a_snapshot_larger_than_a_message_is_kept_in_the_object_store_up_to_its_
     roll_up(&a, &mut t, &w.snapshot()).await.unwrap();
     let read = a.read(doc, 0).await.unwrap();
     assert_eq!(snapshots(&read).len(), 1);
-    let first = read.records[0]
-        .object
-        .clone()
-        .expect("kept in the object store");
+    let first = read.records[0].parts.clone().expect("kept in parts");
     let Entry::Snapshot(s) = &read.records[0].entry else {
         panic!("{:?}", read.records[0]);
     };
@@ -1166,11 +1163,13 @@ async fn a_snapshot_larger_than_a_message_is_kept_in_the_object_store_up_to_its_
 
     let raw = async_nats::connect(&nats.url).await.unwrap();
     let js = async_nats::jetstream::new(raw);
-    let objects = js
-        .get_object_store(swarmtodo_cluster::SNAPSHOT_BUCKET)
-        .await
-        .unwrap();
-    assert!(objects.get(&first).await.is_ok());
+    let log = js.get_stream(swarmtodo_cluster::LOG_STREAM).await.unwrap();
+    assert!(first.starts_with(swarmtodo_cluster::SNAPSHOT_SUBJECT_PREFIX));
+    let parts_kept = |subject: String| {
+        let log = log.clone();
+        async move { log.get_last_raw_message_by_subject(&subject).await.is_ok() }
+    };
+    assert!(parts_kept(first.clone()).await);
 
     // At the limit: the events fill what the document and the keys leave.
     let mut big = w.snapshot();
@@ -1200,12 +1199,12 @@ async fn a_snapshot_larger_than_a_message_is_kept_in_the_object_store_up_to_its_
         hub: "hub-a".into(),
         lease: t.lease().revision,
         entry: Entry::Snapshot(Box::new(big.clone())),
-        object: Some(first.clone()),
+        parts: Some(first.clone()),
     }]);
     let seq = roll_up(&a, &mut t, &big).await.unwrap();
     assert!(
-        objects.get(&first).await.is_err(),
-        "the older snapshot's object is gone"
+        !parts_kept(first.clone()).await,
+        "the older snapshot's parts are gone"
     );
     a.renew(&mut t).await.unwrap();
     let read = a.read(doc, 0).await.unwrap();
@@ -1223,7 +1222,7 @@ async fn a_snapshot_larger_than_a_message_is_kept_in_the_object_store_up_to_its_
         hub: "hub-a".into(),
         lease: t.lease().revision,
         entry: Entry::Snapshot(Box::new(big.clone())),
-        object: None,
+        parts: None,
     }]);
     let e = roll_up(&a, &mut t, &big).await.unwrap_err();
     assert_eq!(e.code(), "cluster_too_large", "{e}");

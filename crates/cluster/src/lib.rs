@@ -36,11 +36,11 @@ pub use self::forward::{
 };
 pub use self::lease::{Lease, LEASE_BUCKET};
 pub use self::log::{
-    subject, Entry, Logged, Read, LOG_STREAM, LOG_SUBJECT_PREFIX, SNAPSHOT_BUCKET,
+    subject, Entry, Logged, Read, LOG_STREAM, LOG_SUBJECT_PREFIX, SNAPSHOT_SUBJECT_PREFIX,
 };
 /// The headers of a log record (docs/DESIGN.md §10).
 pub mod headers {
-    pub use crate::log::{HUB, KIND, LEASE, OBJECT, PART};
+    pub use crate::log::{HUB, KIND, LEASE, PART, SNAPSHOT_PARTS};
 }
 use self::limits::{
     HUB_ID_BYTES_MAX, LEASE_TTL_DEFAULT, LEASE_TTL_MIN, LOG_ROLLUP_AFTER_COMMITS,

@@ -17,11 +17,11 @@
 //! `Nats-Rollup: sub`, and the server drops every earlier message of the list's
 //! subject. The log stays as long as what happened since the last compaction, and a
 //! hub taking the list reads the snapshot and what follows. A snapshot larger than one
-//! message goes to the object store first (`SNAPSHOT_BUCKET`, under a name of its own)
-//! and the rollup names it: the rollup is one message, whole or absent, and an object
-//! whose rollup was refused is never read.
+//! message goes first, in parts, to a subject of its own in the same stream
+//! (`swarmtodo.snap.<list>.<lease>.<position>`), and the rollup names it: the rollup
+//! is one message, whole or absent, and parts whose rollup was refused are never read.
 
-use async_nats::jetstream::{self, consumer, context::PublishErrorKind, object_store, stream};
+use async_nats::jetstream::{self, consumer, context::PublishErrorKind, stream};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -47,11 +47,12 @@ pub const HUB: &str = "Swarmtodo-Hub";
 pub const LEASE: &str = "Swarmtodo-Lease";
 /// The header numbering a commit's parts: `i/n`, from 1.
 pub const PART: &str = "Swarmtodo-Part";
-/// The header of a snapshot kept in the object store: the object's name.
-pub const OBJECT: &str = "Swarmtodo-Object";
+/// The header of a snapshot kept in parts: the subject of its parts.
+pub const SNAPSHOT_PARTS: &str = "Swarmtodo-Snapshot-Parts";
 
-/// The object store where snapshots larger than one message are kept.
-pub const SNAPSHOT_BUCKET: &str = "swarmtodo-snapshots";
+/// The prefix of the subjects where snapshots larger than one message are kept, in
+/// parts, in [`LOG_STREAM`]: `swarmtodo.snap.<document id>.<lease>.<log position>`.
+pub const SNAPSHOT_SUBJECT_PREFIX: &str = "swarmtodo.snap.";
 
 /// The subject of list `doc`'s log.
 pub fn subject(doc: DocId) -> String {
@@ -69,8 +70,8 @@ pub struct Logged {
     pub lease: u64,
     /// What it holds.
     pub entry: Entry,
-    /// The object that keeps it (a snapshot larger than one message).
-    pub object: Option<String>,
+    /// The subject that keeps it in parts (a snapshot larger than one message).
+    pub parts: Option<String>,
 }
 
 /// What a record holds.
@@ -103,17 +104,10 @@ pub(crate) struct Label<'a> {
 }
 
 /// The log stream of a cluster.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct Log {
     js: jetstream::Context,
     stream: stream::Stream,
-    objects: object_store::ObjectStore,
-}
-
-impl std::fmt::Debug for Log {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Log").field("stream", &LOG_STREAM).finish()
-    }
 }
 
 impl Log {
@@ -121,10 +115,14 @@ impl Log {
     pub(crate) async fn open(js: jetstream::Context, replicas: usize) -> Result<Log, ClusterError> {
         let failed =
             |e: String| ClusterError::JetStream(format!("the log stream {LOG_STREAM}: {e}"));
+        let subjects = vec![
+            format!("{LOG_SUBJECT_PREFIX}*"),
+            format!("{SNAPSHOT_SUBJECT_PREFIX}>"),
+        ];
         let mut stream = js
             .get_or_create_stream(stream::Config {
                 name: LOG_STREAM.to_owned(),
-                subjects: vec![format!("{LOG_SUBJECT_PREFIX}*")],
+                subjects: subjects.clone(),
                 storage: stream::StorageType::File,
                 num_replicas: replicas,
                 // Room for a part's headers beside its payload.
@@ -136,11 +134,12 @@ impl Log {
             })
             .await
             .map_err(|e| failed(e.to_string()))?;
-        // A log made before snapshots allows rollups from now on.
+        // A log made before snapshots takes them from now on.
         let config = stream.cached_info().config.clone();
-        if !config.allow_rollup {
+        if !config.allow_rollup || config.subjects != subjects {
             js.update_stream(stream::Config {
                 allow_rollup: true,
+                subjects,
                 ..config
             })
             .await
@@ -150,25 +149,7 @@ impl Log {
                 .await
                 .map_err(|e| failed(e.to_string()))?;
         }
-        let objects = match js.get_object_store(SNAPSHOT_BUCKET).await {
-            Ok(o) => o,
-            Err(_) => js
-                .create_object_store(object_store::Config {
-                    bucket: SNAPSHOT_BUCKET.to_owned(),
-                    storage: stream::StorageType::File,
-                    num_replicas: replicas,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| {
-                    ClusterError::JetStream(format!("the snapshots' bucket {SNAPSHOT_BUCKET}: {e}"))
-                })?,
-        };
-        Ok(Log {
-            js,
-            stream,
-            objects,
-        })
+        Ok(Log { js, stream })
     }
 
     /// The sequence of the last message on `doc`'s subject (0: none).
@@ -218,7 +199,7 @@ impl Log {
     }
 
     /// Encodes `snapshot` for a rollup by `label` after `expected`: the message's
-    /// payload, or — past one message — an empty payload and the name of the object
+    /// payload, or — past one message — an empty payload and the subject of the parts
     /// now keeping it. `cluster_too_large` past the limit of a record.
     pub(crate) async fn keep(
         &self,
@@ -231,50 +212,74 @@ impl Log {
         if bytes.len() <= LOG_PART_BYTES_MAX {
             return Ok((Bytes::from(bytes), None));
         }
-        // Named after the list, the writer's lease and where the log ends: no other
-        // rollup names the same object.
-        let name = format!("{doc}.{}.{expected}", label.lease);
-        self.objects
-            .put(name.as_str(), &mut bytes.as_slice())
-            .await
-            .map_err(|e| ClusterError::JetStream(format!("keeping the snapshot of {doc}: {e}")))?;
-        Ok((Bytes::new(), Some(name)))
+        // A subject of its own, named after the list, the writer's lease and where the
+        // log ends: no other rollup names the same. Its parts follow one another.
+        let subject = format!("{SNAPSHOT_SUBJECT_PREFIX}{doc}.{}.{expected}", label.lease);
+        let bytes = Bytes::from(bytes);
+        let n = bytes.len().div_ceil(LOG_PART_BYTES_MAX);
+        let mut last = 0;
+        for i in 0..n {
+            let part = bytes
+                .slice(i * LOG_PART_BYTES_MAX..((i + 1) * LOG_PART_BYTES_MAX).min(bytes.len()));
+            let headers = headers("snapshot-part", label, Some((i + 1, n)));
+            match self.publish_to(&subject, doc, last, headers, part).await {
+                Ok(seq) => last = seq,
+                Err(e) => {
+                    self.forget_parts(&subject).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok((Bytes::new(), Some(subject)))
     }
 
     /// Appends a snapshot kept by [`Log::keep`] as a rollup after `expected`: every
     /// earlier record of the list goes. Its sequence. Refused like a commit when the
-    /// log moved past `expected` (`cluster_fenced`); the object it names is then
-    /// deleted.
+    /// log moved past `expected` (`cluster_fenced`); the parts it names are then
+    /// purged.
     pub(crate) async fn roll_up(
         &self,
         doc: DocId,
         expected: u64,
         label: &Label<'_>,
-        (payload, object): (Bytes, Option<String>),
+        (payload, parts): (Bytes, Option<String>),
     ) -> Result<u64, ClusterError> {
         let mut headers = headers("snapshot", label, None);
         headers.insert("Nats-Rollup", "sub");
-        if let Some(name) = &object {
-            headers.insert(OBJECT, name.as_str());
+        if let Some(subject) = &parts {
+            headers.insert(SNAPSHOT_PARTS, subject.as_str());
         }
         let rolled = self.publish(doc, expected, headers, payload).await;
         if rolled.is_err() {
-            if let Some(name) = &object {
-                self.forget_object(name).await;
+            if let Some(subject) = &parts {
+                self.forget_parts(subject).await;
             }
         }
         rolled
     }
 
-    /// Deletes a snapshot's object that no rollup names any more.
-    pub(crate) async fn forget_object(&self, name: &str) {
-        if let Err(e) = self.objects.delete(name).await {
-            tracing::info!(object = name, error = %e, "a snapshot's object stays");
+    /// Deletes the parts of a snapshot that no rollup names any more.
+    pub(crate) async fn forget_parts(&self, subject: &str) {
+        if let Err(e) = self.stream.purge().filter(subject).await {
+            tracing::info!(subject, error = %e, "a snapshot's parts stay");
         }
     }
 
     async fn publish(
         &self,
+        doc: DocId,
+        expected: u64,
+        headers: HeaderMap,
+        payload: Bytes,
+    ) -> Result<u64, ClusterError> {
+        self.publish_to(&subject(doc), doc, expected, headers, payload)
+            .await
+    }
+
+    /// Appends to subject `to`, after its message `expected`, a message of list `doc`.
+    async fn publish_to(
+        &self,
+        to: &str,
         doc: DocId,
         expected: u64,
         headers: HeaderMap,
@@ -290,7 +295,7 @@ impl Log {
         };
         let ack = self
             .js
-            .send_publish(subject(doc), message)
+            .send_publish(to.to_owned(), message)
             .await
             .map_err(refused)?
             .await
@@ -355,8 +360,8 @@ impl Log {
                 let seq = m.info().map_err(|e| failed(e.to_string()))?.stream_sequence;
                 seen = seq;
                 let headers = m.headers.clone().unwrap_or_default();
-                let payload = match headers.get(OBJECT) {
-                    Some(name) => self.object(doc, seq, name.as_str()).await?,
+                let payload = match headers.get(SNAPSHOT_PARTS) {
+                    Some(parts) => self.snapshot_parts(doc, seq, parts.as_str()).await?,
                     None => m.payload.clone(),
                 };
                 parts.take(seq, &headers, payload, &mut read)?;
@@ -378,33 +383,97 @@ impl Log {
         Ok(read)
     }
 
-    /// The bytes of the snapshot kept as object `name`, named by record `seq`.
-    async fn object(&self, doc: DocId, seq: u64, name: &str) -> Result<Bytes, ClusterError> {
-        use tokio::io::AsyncReadExt;
+    /// The bytes of the snapshot that record `seq` keeps in parts on `parts`.
+    async fn snapshot_parts(
+        &self,
+        doc: DocId,
+        seq: u64,
+        parts: &str,
+    ) -> Result<Bytes, ClusterError> {
+        let bad = |reason: String| ClusterError::CorruptRecord { seq, reason };
+        if !parts.starts_with(SNAPSHOT_SUBJECT_PREFIX) {
+            return Err(bad(format!("a snapshot's parts on {parts:?}")));
+        }
         let failed = |e: String| {
             ClusterError::JetStream(format!(
-                "reading the snapshot of {doc} (record {seq}, object {name}): {e}"
+                "reading the snapshot of {doc} (record {seq}, parts on {parts}): {e}"
             ))
         };
-        let mut object = self
-            .objects
-            .get(name)
+        let consumer = self
+            .stream
+            .create_consumer(consumer::pull::Config {
+                filter_subject: parts.to_owned(),
+                deliver_policy: consumer::DeliverPolicy::All,
+                ack_policy: consumer::AckPolicy::None,
+                inactive_threshold: READ_CONSUMER_IDLE,
+                memory_storage: true,
+                num_replicas: 1,
+                ..Default::default()
+            })
             .await
             .map_err(|e| failed(e.to_string()))?;
-        let size = object.info().size;
-        if size > LOG_RECORD_BYTES_MAX {
-            return Err(ClusterError::CorruptRecord {
-                seq,
-                reason: format!("a snapshot of {size} bytes, more than {LOG_RECORD_BYTES_MAX}"),
-            });
+        let mut bytes = Vec::new();
+        let (mut got, mut total) = (0usize, None::<usize>);
+        while total.is_none_or(|n| got < n) {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(READ_BATCH_MESSAGES)
+                .max_bytes(READ_BATCH_BYTES)
+                .expires(NATS_REQUEST_TIMEOUT)
+                .messages()
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            let before = got;
+            while let Some(m) = batch.next().await {
+                let m = match m {
+                    Ok(m) => m,
+                    // As in `read`: the fetch ended at its bytes; the next goes on.
+                    Err(e) if got > before => {
+                        tracing::trace!(%doc, status = %e, "fetch ended");
+                        break;
+                    }
+                    Err(e) => return Err(failed(e.to_string())),
+                };
+                let (i, n) = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(PART))
+                    .and_then(|p| part_of(p.as_str()))
+                    .ok_or_else(|| {
+                        bad(format!("a part on {parts} without a valid {PART} header"))
+                    })?;
+                if i != got + 1 || total.is_some_and(|t| t != n) {
+                    return Err(bad(format!("part {i}/{n} on {parts} after part {got}")));
+                }
+                if bytes.len() + m.payload.len() > LOG_RECORD_BYTES_MAX {
+                    return Err(bad(format!("a snapshot past {LOG_RECORD_BYTES_MAX} bytes")));
+                }
+                bytes.extend_from_slice(&m.payload);
+                total = Some(n);
+                got = i;
+                if got == n {
+                    break;
+                }
+            }
+            if got == before {
+                return Err(failed(format!(
+                    "no part after part {got} within {NATS_REQUEST_TIMEOUT:?}"
+                )));
+            }
         }
-        let mut bytes = Vec::with_capacity(size);
-        object
-            .read_to_end(&mut bytes)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
+        let name = consumer.cached_info().name.clone();
+        if let Err(e) = self.stream.delete_consumer(&name).await {
+            tracing::debug!(%doc, error = %e, "a read's consumer stays until it times out");
+        }
         Ok(Bytes::from(bytes))
     }
+}
+
+/// A part header's `i/n`, checked: 1 ≤ i ≤ n ≤ [`LOG_RECORD_PARTS_MAX`].
+fn part_of(header: &str) -> Option<(usize, usize)> {
+    let (i, n) = header.split_once('/')?;
+    let (i, n) = (i.parse::<usize>().ok()?, n.parse::<usize>().ok()?);
+    ((1..=n).contains(&i) && n <= LOG_RECORD_PARTS_MAX).then_some((i, n))
 }
 
 fn headers(kind: &str, label: &Label<'_>, part: Option<(usize, usize)>) -> HeaderMap {
@@ -450,7 +519,7 @@ impl Parts {
                     hub,
                     lease,
                     entry: Entry::Fence,
-                    object: None,
+                    parts: None,
                 });
                 read.through = seq;
             }
@@ -462,17 +531,13 @@ impl Parts {
                     hub,
                     lease,
                     entry: Entry::Snapshot(Box::new(snapshot)),
-                    object: get(OBJECT),
+                    parts: get(SNAPSHOT_PARTS),
                 });
                 read.through = seq;
             }
             Some("commit") => {
                 let (i, n) = get(PART)
-                    .and_then(|p| {
-                        let (i, n) = p.split_once('/')?;
-                        Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?))
-                    })
-                    .filter(|(i, n)| (1..=*n).contains(i) && *n <= LOG_RECORD_PARTS_MAX)
+                    .and_then(|p| part_of(&p))
                     .ok_or_else(|| bad(format!("no valid {PART} header")))?;
                 if i == 1 {
                     self.abandon(read);
@@ -507,7 +572,7 @@ impl Parts {
                         hub,
                         lease,
                         entry: Entry::Commit(batch),
-                        object: None,
+                        parts: None,
                     });
                     read.through = seq;
                 }

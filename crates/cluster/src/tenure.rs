@@ -35,7 +35,8 @@ pub struct LogPoint {
 pub struct KeptSnapshot {
     at: LogPoint,
     events: u64,
-    /// The message's payload, and the object keeping the snapshot past one message.
+    /// The message's payload, and the subject keeping the snapshot in parts past one
+    /// message.
     kept: (bytes::Bytes, Option<String>),
 }
 
@@ -52,9 +53,9 @@ pub struct Tenure {
     /// How many events the log holds up to [`Tenure::last`], once the holder read it
     /// ([`Tenure::caught_up`]): a snapshot must carry exactly these.
     events: Option<u64>,
-    /// The object keeping the list's last snapshot, if it is kept in one: deleted when
-    /// a newer snapshot takes its place.
-    object: Option<String>,
+    /// The subject keeping the list's last snapshot in parts, if it is kept so: purged
+    /// when a newer snapshot takes its place.
+    parts: Option<String>,
     /// Commits in the log after its last snapshot (or its start), once known.
     since_snapshot: u64,
 }
@@ -82,7 +83,7 @@ impl Tenure {
 
     /// Tells the term what the log held when this holder read it up to its fence
     /// (`records`, from the log's start or its last snapshot): how many events, and
-    /// which object keeps its snapshot. Until then the holder writes no snapshot.
+    /// which subject keeps its snapshot in parts. Until then the holder writes no snapshot.
     pub fn caught_up(&mut self, records: &[Logged]) {
         let from = records
             .iter()
@@ -101,7 +102,7 @@ impl Tenure {
         }
         self.events = Some(events);
         self.since_snapshot = commits;
-        self.object = records.get(from).and_then(|r| r.object.clone());
+        self.parts = records.get(from).and_then(|r| r.parts.clone());
     }
 
     /// How many events the log holds up to [`Tenure::last`], if known
@@ -167,7 +168,7 @@ impl Cluster {
                         ended: false,
                         clock_ignored: false,
                         events: None,
-                        object: None,
+                        parts: None,
                         since_snapshot: 0,
                     });
                 }
@@ -225,8 +226,8 @@ impl Cluster {
     }
 
     /// Encodes `snapshot` — the list as the log holds it at `at` (from
-    /// [`Tenure::begin_snapshot`]) — for [`Cluster::roll_up`], keeping it in the object
-    /// store when it is larger than one message. The term is not needed meanwhile:
+    /// [`Tenure::begin_snapshot`]) — for [`Cluster::roll_up`], keeping it in parts on
+    /// a subject of its own when it is larger than one message. The term is not needed meanwhile:
     /// its lease goes on being renewed. Refused when the snapshot does not carry
     /// exactly the log's events (`cluster_snapshot_mismatch`: it is not the list as the
     /// log holds it) or the holder has not read the log ([`Tenure::caught_up`]), and
@@ -268,10 +269,10 @@ impl Cluster {
         snapshot: KeptSnapshot,
     ) -> Result<u64, ClusterError> {
         let doc = tenure.doc();
-        let object = snapshot.kept.1.clone();
+        let parts = snapshot.kept.1.clone();
         let refused = |e: ClusterError| async {
-            if let Some(name) = &object {
-                self.log.forget_object(name).await;
+            if let Some(name) = &parts {
+                self.log.forget_parts(name).await;
             }
             Err(e)
         };
@@ -302,9 +303,9 @@ impl Cluster {
         {
             Ok(seq) => {
                 tenure.last = seq;
-                let old = std::mem::replace(&mut tenure.object, object);
+                let old = std::mem::replace(&mut tenure.parts, parts);
                 if let Some(old) = old {
-                    self.log.forget_object(&old).await;
+                    self.log.forget_parts(&old).await;
                 }
                 tracing::debug!(%doc, seq, events = snapshot.events, "log rolled up into a snapshot");
                 Ok(seq)

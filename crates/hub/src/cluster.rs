@@ -209,7 +209,7 @@ impl ClusterSide {
             let snapshot = snapshot_of(store, doc).await?;
             let events = snapshot.batch.events.len();
             let document_bytes = snapshot.document.len();
-            // Encoded, and kept in the object store if it must be, while the term is
+            // Encoded, and kept in parts if it must be, while the term is
             // free: its lease goes on being renewed.
             let kept = self.cluster.keep_snapshot(at, &snapshot).await?;
             let seq = self.cluster.roll_up(&mut *term.lock().await, kept).await?;
