@@ -1230,3 +1230,111 @@ async fn a_snapshot_larger_than_a_message_is_kept_in_parts_up_to_its_limit() {
     a.renew(&mut t).await.unwrap();
     a.append(&mut t, &w.commit(9, 0)).await.unwrap();
 }
+
+/// The `k`s of events as [`Written::commit`] makes them.
+fn ks(events: &[swarmtodo_store::StoredEvent]) -> Vec<u64> {
+    events
+        .iter()
+        .map(|e| {
+            let v: serde_json::Value = serde_json::from_str(&e.json).unwrap();
+            v["k"].as_u64().unwrap()
+        })
+        .collect()
+}
+
+/// A hub that does not hold a list follows its events from the log: every event once,
+/// in order, numbered as a replay numbers them, as commits come, when a rollup dropped
+/// records it had not read yet, and after another hub took the list; a zombie's
+/// append, refused by the log, brings nothing. The list's document read from the log
+/// is the holder's.
+#[tokio::test]
+async fn a_hub_that_does_not_hold_a_list_follows_its_events_from_the_log_each_once() {
+    use swarmtodo_cluster::limits::FOLLOW_POLL;
+
+    let nats = NatsServer::start("follow");
+    let a = hub(&nats, "hub-a").await;
+    let c = hub(&nats, "hub-c").await;
+    let doc = DocId([61; 16]);
+    let mut t = a.take(doc).await.unwrap();
+    t.caught_up(&a.read(doc, 0).await.unwrap().records);
+    let mut w = Written::new();
+    for k in 0..5 {
+        a.append(&mut t, &w.commit(k, 10)).await.unwrap();
+    }
+    let mut follow = c.follow(doc).await.unwrap();
+    let mut seen = follow.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(ks(&seen), (0..5).collect::<Vec<_>>());
+
+    // Commits as they come: the doorbell rings (a poll would come after FOLLOW_POLL).
+    let writer = {
+        let (a, mut t, mut w) = (a.clone(), t, w);
+        tokio::spawn(async move {
+            for k in 5..8 {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                a.append(&mut t, &w.commit(k, 10)).await.unwrap();
+            }
+            (t, w)
+        })
+    };
+    let started = Instant::now();
+    while seen.len() < 8 {
+        let new = follow.next(Duration::from_secs(30)).await.unwrap();
+        assert!(!new.is_empty(), "nothing came within the wait");
+        seen.extend(new);
+    }
+    assert!(
+        started.elapsed() < FOLLOW_POLL,
+        "the doorbell never rang: {:?}",
+        started.elapsed()
+    );
+    let (mut t, mut w) = writer.await.unwrap();
+
+    // Behind: commits, a rollup that drops them, more commits, all before it reads.
+    for k in 8..12 {
+        a.append(&mut t, &w.commit(k, 10)).await.unwrap();
+    }
+    roll_up(&a, &mut t, &w.snapshot()).await.unwrap();
+    for k in 12..14 {
+        a.append(&mut t, &w.commit(k, 10)).await.unwrap();
+    }
+    seen.extend(follow.next(Duration::from_secs(5)).await.unwrap());
+    assert_eq!(ks(&seen), (0..14).collect::<Vec<_>>());
+
+    // hub-a pauses past its lease; hub-b takes the list and writes; hub-a's append when
+    // it wakes up is refused and brings the follower nothing.
+    t.ignore_clock();
+    let b = hub(&nats, "hub-b").await;
+    let (mut tb, _) = take_when_free(&b, doc).await;
+    tb.caught_up(&b.read(doc, 0).await.unwrap().records);
+    let zombie = a.append(&mut t, &small(3, "zombie")).await.unwrap_err();
+    assert_eq!(zombie.code(), "cluster_fenced", "{zombie}");
+    for k in 14..16 {
+        b.append(&mut tb, &w.commit(k, 10)).await.unwrap();
+    }
+    while seen.len() < 16 {
+        let new = follow.next(Duration::from_secs(30)).await.unwrap();
+        assert!(!new.is_empty(), "nothing came within the wait");
+        seen.extend(new);
+    }
+    assert!(follow
+        .next(Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(ks(&seen), (0..16).collect::<Vec<_>>());
+    assert!(seen.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1));
+    assert_eq!(follow.numbered(), 16);
+
+    // Read whole from the log, as a replay into a store numbers them.
+    let all = c.events(doc).await.unwrap();
+    assert_eq!(all, seen);
+    let dir = common::scratch("cluster-follow");
+    let mut db = swarmtodo_store::Db::open(dir.join("c.db")).unwrap();
+    swarmtodo_cluster::replay_into(&mut db, doc, "plan", &c.read(doc, 0).await.unwrap().records)
+        .unwrap();
+    assert_eq!(db.events_since(doc, 0, 100).unwrap(), seen);
+    let document = c.document(doc).await.unwrap().unwrap();
+    assert_eq!(document.rebuild().unwrap().get_heads(), w.doc.get_heads());
+    assert!(c.document(DocId([62; 16])).await.unwrap().is_none());
+    assert!(c.events(DocId([62; 16])).await.unwrap().is_empty());
+}

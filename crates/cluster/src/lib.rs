@@ -17,7 +17,11 @@
 //!   authority goes to the hub that is, over NATS, and its answer comes back.
 //! - The replay (`replay.rs`): a hub's own SQLite store brought up to the log before it
 //!   acts for a list it took.
+//! - Following (`follow.rs`): a list's events and document read from its log by any hub,
+//!   its events followed as the log takes them (the JSON API's event stream and a task's
+//!   history, wherever they are asked for).
 
+mod follow;
 mod forward;
 mod lease;
 pub mod limits;
@@ -30,6 +34,7 @@ use std::time::Duration;
 
 use swarmtodo_store::DocId;
 
+pub use self::follow::{document_of, number_events, Follow};
 pub use self::forward::{
     call_subject, Forwarded, ForwardedCall, SessionMessage, SessionMessages, CALL_SUBJECT_PREFIX,
     OP, SESSION, SESSION_SUBJECT_PREFIX,

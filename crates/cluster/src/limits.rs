@@ -54,6 +54,13 @@ pub const READ_BATCH_BYTES: usize = 8 * 1024 * 1024;
 /// that made it does not delete it (it died mid-read).
 pub const READ_CONSUMER_IDLE: Duration = Duration::from_secs(30);
 
+/// How often a follower of a list's log reads it when no record rang its doorbell: what
+/// the doorbell missed (it is made again after a fault) is read within this.
+pub const FOLLOW_POLL: Duration = Duration::from_secs(5);
+
+/// How often a follower reads the log while its doorbell cannot be made (NATS failing).
+pub const FOLLOW_RETRY: Duration = Duration::from_millis(500);
+
 const _: () = assert!(READ_BATCH_BYTES > LOG_PART_BYTES_MAX + 64 * 1024);
 const _: () = assert!(LEASE_TTL_MIN.as_millis() > 2 * LEASE_MARGIN.as_millis());
 const _: () = assert!(LEASE_TTL_DEFAULT.as_millis() >= LEASE_TTL_MIN.as_millis());

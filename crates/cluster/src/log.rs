@@ -152,6 +152,11 @@ impl Log {
         Ok(Log { js, stream })
     }
 
+    /// The stream itself.
+    pub(crate) fn stream(&self) -> &stream::Stream {
+        &self.stream
+    }
+
     /// The sequence of the last message on `doc`'s subject (0: none).
     pub(crate) async fn last_seq(&self, doc: DocId) -> Result<u64, ClusterError> {
         match self
