@@ -650,3 +650,143 @@ async fn the_holder_lets_go_of_the_peers_of_a_hub_that_died() {
     );
     drop(c_lead);
 }
+
+/// The tasks whose creation `events` carry.
+fn created(events: &[swarmtodo::proto::Event]) -> std::collections::BTreeSet<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.body {
+            swarmtodo::proto::EventBody::TasksChanged { tasks, .. } => Some(tasks),
+            _ => None,
+        })
+        .flatten()
+        .filter(|t| t.before.is_none())
+        .map(|t| t.task.clone())
+        .collect()
+}
+
+/// Follows `list`'s event stream at `hub` from `from` in the background: its events as
+/// they come.
+fn follow_events(
+    hub: &HubProc,
+    list: &str,
+    from: u64,
+) -> tokio::sync::mpsc::UnboundedReceiver<swarmtodo::proto::Event> {
+    use swarmtodo::client::http::StreamItem;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let reader = Api::new(&hub.url).unwrap();
+    let list = list.to_owned();
+    tokio::spawn(async move {
+        let _ = reader
+            .events(&list, from, None, |item| match item {
+                StreamItem::Event(e) => tx.send(*e).is_ok(),
+                StreamItem::Snapshot(_) => true,
+            })
+            .await;
+    });
+    rx
+}
+
+/// Takes events from `rx` until those of every task in `tasks` came; all taken so far.
+async fn events_creating(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<swarmtodo::proto::Event>,
+    seen: &mut Vec<swarmtodo::proto::Event>,
+    tasks: &[String],
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !tasks.iter().all(|t| created(seen).contains(t)) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = tokio::time::timeout(left, rx.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "events for {tasks:?} did not come; seen {:?}",
+                    created(seen)
+                )
+            })
+            .expect("the stream ended");
+        seen.push(e);
+    }
+}
+
+/// The JSON API's event stream at a hub that does not hold the list carries its events
+/// live, numbered as at the holder, each once and in order — also while the holder is
+/// killed and another hub takes the list, without the reader reconnecting. A task's
+/// history reads the same at every hub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_at_any_hub_carries_every_event_once_through_a_failover() {
+    let nats = NatsServer::start("hubs-events");
+    let dir = scratch("cluster-events");
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    let c = hub_in(&nats, &dir, "hub-c");
+    lead(&a).create("plan").await.unwrap();
+    let mut written = Vec::new();
+    for i in 0..3 {
+        let id = format!("t{i}");
+        lead(&a).write("plan", &upsert(&id)).await.unwrap();
+        written.push(id);
+    }
+    // A reader at hub-b, which does not hold the list, from the start.
+    let mut at_b = follow_events(&b, "plan", 0);
+    let mut seen = Vec::new();
+    events_creating(&mut at_b, &mut seen, &written).await;
+    // Writes at hub-c, decided by hub-a: they reach the reader at hub-b live, past a
+    // rollup (every 25 commits here).
+    for i in 3..30 {
+        let id = format!("t{i}");
+        lead(&c).write("plan", &upsert(&id)).await.unwrap();
+        written.push(id);
+    }
+    events_creating(&mut at_b, &mut seen, &written).await;
+    assert_eq!(
+        forwarded(&b).await,
+        1,
+        "hub-b forwarded only the stream's snapshot"
+    );
+
+    // hub-a dies; writes at hub-c go on once the list moves. The reader at hub-b goes
+    // on too, on the same stream.
+    a.kill9();
+    let (_, waited) = read_when_held(&c, "plan").await;
+    for i in 30..35 {
+        let id = format!("t{i}");
+        lead(&c).write("plan", &upsert(&id)).await.unwrap();
+        written.push(id);
+    }
+    events_creating(&mut at_b, &mut seen, &written).await;
+    let seqs: Vec<u64> = seen.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "each event once, in order (the list moved after {waited:?})"
+    );
+
+    // A reader at hub-c, the holder now, from event 10: the same events, numbered alike.
+    let mut at_c = follow_events(&c, "plan", 10);
+    let mut from_c = Vec::new();
+    events_creating(&mut at_c, &mut from_c, &written[10..]).await;
+    let same: Vec<_> = seen
+        .iter()
+        .filter(|e| e.seq > 10)
+        .take(from_c.len())
+        .collect();
+    assert_eq!(
+        from_c.iter().map(|e| (e.seq, &e.body)).collect::<Vec<_>>(),
+        same.iter().map(|e| (e.seq, &e.body)).collect::<Vec<_>>()
+    );
+
+    // A task's history at hub-b (which never held the list) and at hub-c, the holder.
+    let at_holder = lead(&c).history("plan", "t7", None).await.unwrap();
+    let elsewhere = lead(&b).history("plan", "t7", None).await.unwrap();
+    assert!(!at_holder.entries.is_empty());
+    assert_eq!(elsewhere, at_holder);
+    let e = lead(&b)
+        .history("nothing-here", "t1", None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, HttpError::Api(e) if e.code == ErrorCode::UnknownList),
+        "{e}"
+    );
+}

@@ -128,7 +128,7 @@ impl Cluster {
             doorbell: None,
         };
         // Rung for every record stored from now on; the first read takes what came before.
-        follow.doorbell = Some(follow.ring().await?);
+        follow.doorbell = Some(ring(&follow.log, doc).await?);
         Ok(follow)
     }
 
@@ -174,7 +174,7 @@ impl Follow {
                 return Ok(new);
             }
             if self.doorbell.is_none() {
-                match self.ring().await {
+                match ring(&self.log, self.doc).await {
                     Ok(doorbell) => {
                         self.doorbell = Some(doorbell);
                         // What was stored before it rings no more: read again.
@@ -214,25 +214,25 @@ impl Follow {
             }
         }
     }
+}
 
-    /// An ordered consumer of the headers of the list's records stored from now on.
-    async fn ring(&self) -> Result<consumer::pull::Ordered, ClusterError> {
-        let failed =
-            |e: String| ClusterError::JetStream(format!("following the log of {}: {e}", self.doc));
-        self.log
-            .stream()
-            .create_consumer(consumer::pull::OrderedConfig {
-                filter_subject: subject(self.doc),
-                deliver_policy: consumer::DeliverPolicy::New,
-                headers_only: true,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| failed(e.to_string()))?
-            .messages()
-            .await
-            .map_err(|e| failed(e.to_string()))
-    }
+/// An ordered consumer of the headers of list `doc`'s records stored from now on (a
+/// free function: the follower is not shared between threads, so it is not borrowed
+/// across a wait).
+async fn ring(log: &Log, doc: DocId) -> Result<consumer::pull::Ordered, ClusterError> {
+    let failed = |e: String| ClusterError::JetStream(format!("following the log of {doc}: {e}"));
+    log.stream()
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: subject(doc),
+            deliver_policy: consumer::DeliverPolicy::New,
+            headers_only: true,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .messages()
+        .await
+        .map_err(|e| failed(e.to_string()))
 }
 
 #[cfg(test)]

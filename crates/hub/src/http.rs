@@ -53,8 +53,10 @@ pub(crate) struct Api {
     pub(crate) address: IpAddr,
     /// False when the connection is over its address's bound: every call is refused.
     pub(crate) admitted: bool,
-    /// The store, whose history an event stream reads.
+    /// The store: the index of lists, the tokens made.
     pub(crate) store: swarmtodo_store::Store,
+    /// Where event streams and task histories read a list's past.
+    pub(crate) past: crate::past::Past,
     /// What `/metrics` shows.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// Turns for history reads, shared by every connection (see
@@ -594,19 +596,13 @@ impl Api {
             // Read after the subscription: what is committed meanwhile comes both ways,
             // and the stream sends each event once.
             (None, Some(tail)) => self
-                .store
-                .last_event_seq(swarmtodo_store::persist::doc_id(&doc))
+                .past
+                .last_event_seq(doc)
                 .await
-                .map_err(|e| {
-                    error(
-                        ErrorCode::Internal,
-                        None,
-                        format!("the store could not read the list's events ({e}): retry"),
-                    )
-                })?
+                .map_err(|e| error(ErrorCode::Internal, None, format!("{e}: retry")))?
                 .saturating_sub(tail),
         };
-        let body = crate::stream::sse(self.store.clone(), doc, from, snapshot, live);
+        let body = crate::stream::sse(self.past.clone(), doc, from, snapshot, live);
         let mut r = Response::new(body.boxed_unsync());
         r.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -617,10 +613,11 @@ impl Api {
         Ok(r)
     }
 
-    /// A task's history, read from the store and computed off the hub's task (a pass
-    /// over the list's whole history costs tens of ms: no other list waits for it), at
-    /// most [`HISTORY_READS_MAX`](crate::limits::HISTORY_READS_MAX) at once. What the
-    /// store holds is everything the hub acknowledged.
+    /// A task's history, read from the list's past (the store, or in a cluster the
+    /// list's log) and computed off the hub's task (a pass over the list's whole history
+    /// costs tens of ms: no other list waits for it), at most
+    /// [`HISTORY_READS_MAX`](crate::limits::HISTORY_READS_MAX) at once. What the past
+    /// holds is everything the hub (the cluster) acknowledged.
     async fn history(
         &self,
         name: &str,
@@ -638,20 +635,10 @@ impl Api {
                 ),
             )
         };
-        let loaded = match self
-            .store
-            .load(swarmtodo_store::persist::doc_id(&doc))
-            .await
-        {
+        let loaded = match self.past.document(doc).await {
             Ok(Some(l)) => l,
-            Ok(None) | Err(swarmtodo_store::StoreError::UnknownList(_)) => return Err(unknown()),
-            Err(e) => {
-                return Err(error(
-                    ErrorCode::Internal,
-                    None,
-                    format!("the store could not read the list ({e}): retry"),
-                ))
-            }
+            Ok(None) => return Err(unknown()),
+            Err(e) => return Err(error(ErrorCode::Internal, None, format!("{e}: retry"))),
         };
         tokio::task::spawn_blocking(move || {
             let doc = loaded.rebuild().map_err(|e| {

@@ -72,6 +72,7 @@ pub(crate) async fn hub_task(
         crate::forward::serve_forwarded(side.clone(), loaded_to.clone());
         sessions = Some(Sessions::serve(side.cluster().clone(), loaded_to.clone()));
     }
+    let streams = Streams::new(cluster.as_ref().map(|side| side.cluster().clone()));
     let mut out = Relay {
         cluster,
         loading: BTreeSet::new(),
@@ -86,7 +87,7 @@ pub(crate) async fn hub_task(
         loaded_to,
         calls: BTreeMap::new(),
         next_call: 0,
-        streams: Streams::default(),
+        streams,
     };
     // A message taken from the queue while gathering a batch, handled next.
     let mut stashed: Option<ToHub> = None;
@@ -397,7 +398,8 @@ struct Relay {
     /// Where lists' documents are rebuilt from their snapshots (none: the thread could
     /// not start, and lists keep their documents).
     rebuilder: Option<Rebuilder>,
-    /// The event streams' readers, told of each durable commit's events.
+    /// The event streams' readers, told of each durable commit's events (a hub alone)
+    /// or fed from the lists' logs (a hub of a cluster).
     streams: Streams,
 }
 

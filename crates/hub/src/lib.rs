@@ -20,6 +20,7 @@ mod hub_task;
 pub mod limits;
 pub mod memory;
 mod metrics;
+mod past;
 mod rebuild;
 pub mod server;
 mod sessions;

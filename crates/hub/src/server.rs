@@ -109,8 +109,13 @@ pub async fn run(
     let per_address: Counts<std::net::IpAddr> = Counts::default();
     let per_token: Counts<String> = Counts::default();
     let (to_hub, hub_rx) = mpsc::channel::<ToHub>(HUB_QUEUE_MAX);
-    // The event streams read the store's history themselves.
+    // The event streams and task histories read the lists' past themselves: from the
+    // store, or in a cluster from the lists' logs.
     let events_store = store.clone();
+    let past = match &cluster {
+        Some(cluster) => crate::past::Past::Log(Box::new(cluster.clone())),
+        None => crate::past::Past::Store(store.clone()),
+    };
     let history_reads = Arc::new(tokio::sync::Semaphore::new(
         crate::limits::HISTORY_READS_MAX,
     ));
@@ -167,6 +172,7 @@ pub async fn run(
                     per_token: per_token.clone(),
                 };
                 let store = events_store.clone();
+                let past = past.clone();
                 let metrics = metrics.clone();
                 let history_reads = history_reads.clone();
                 tokio::spawn(async move {
@@ -179,6 +185,7 @@ pub async fn run(
                                 address: conn.address,
                                 admitted: from.is_some(),
                                 store,
+                                past,
                                 metrics,
                                 history_reads,
                             };

@@ -3,25 +3,36 @@
 //! then every event after the one named, in `seq` order, each once.
 //!
 //! No gap and no duplicate, across reconnects and slow readers: a reader subscribes to
-//! the list's live events in the hub task ([`Streams`], fed after each durable commit),
-//! so every event committed after that moment reaches it live and every event before is
-//! in the store; it reads the store from where it resumes, then takes the live events
-//! past the last one it sent. A reader that falls [`STREAM_BUFFERED_MAX`] events behind
-//! the live stream goes back to the store from its last event. A stream silent for
-//! [`STREAM_KEEPALIVE`] sends a comment line.
+//! the list's live events ([`Streams`]), so every event after that moment reaches it
+//! live and every event before is in the list's past ([`Past`]); it reads the past from
+//! where it resumes, then takes the live events past the last one it sent. A reader
+//! that falls [`STREAM_BUFFERED_MAX`] events behind the live stream goes back to the
+//! past from its last event. A stream silent for [`STREAM_KEEPALIVE`] sends a comment
+//! line.
+//!
+//! A hub alone feeds the live events after each durable commit, and its store is the
+//! past. A hub of a cluster feeds them from the list's log, followed while some reader
+//! follows the list (`swarmtodo_cluster::Follow`), and the log is the past: a reader
+//! at any hub sees every event of the list, whichever hub holds it, across failovers.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::time::Duration;
 
 use http_body_util::StreamBody;
 use hyper::body::{Bytes, Frame};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::limits::{STREAM_BUFFERED_MAX, STREAM_KEEPALIVE, STREAM_PAGE_MAX};
+
+use swarmtodo_cluster::limits::FOLLOW_RETRY;
+use swarmtodo_cluster::Cluster;
 use swarmtodo_core::hub::{Commit, Stored};
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{Event, Snapshot};
-use swarmtodo_store::{persist, Store};
+use swarmtodo_store::persist;
+
+use crate::past::Past;
 
 /// One event as a stream carries it: its `seq` and its SSE message (made once for every
 /// reader).
@@ -31,24 +42,44 @@ pub(crate) type Live = (u64, Bytes);
 #[derive(Debug, Default)]
 pub(crate) struct Streams {
     lists: BTreeMap<DocumentId, broadcast::Sender<Live>>,
+    /// In a cluster: the cluster whose logs feed the live events.
+    logs: Option<Cluster>,
 }
 
 impl Streams {
+    /// The live events of a hub alone (fed by [`Streams::publish`]), or of a hub of
+    /// `cluster` (fed from the lists' logs).
+    pub(crate) fn new(cluster: Option<Cluster>) -> Streams {
+        Streams {
+            lists: BTreeMap::new(),
+            logs: cluster,
+        }
+    }
+
     /// A receiver of list `doc`'s events committed from now on.
     pub(crate) fn subscribe(&mut self, doc: DocumentId) -> broadcast::Receiver<Live> {
         // Lists nobody follows any more (readers gone, or a list that never existed)
-        // go: the map holds at most the lists of the streams open.
+        // go: the map holds at most the lists of the streams open. (A log's follower
+        // sees its readers gone and ends.)
         self.lists.retain(|_, tx| tx.receiver_count() > 0);
+        let logs = &self.logs;
         self.lists
             .entry(doc)
-            .or_insert_with(|| broadcast::channel(STREAM_BUFFERED_MAX).0)
+            .or_insert_with(|| {
+                let tx = broadcast::channel(STREAM_BUFFERED_MAX).0;
+                if let Some(cluster) = logs {
+                    cluster.spawn(follow_log(cluster.clone(), doc, tx.clone()));
+                }
+                tx
+            })
             .subscribe()
     }
 
     /// The events of the durable ones of `commits` (the store's answers, in order), to
     /// their lists' readers; a list nobody follows any more is forgotten.
+    /// (In a cluster the logs feed them: nothing to do.)
     pub(crate) fn publish(&mut self, commits: &[Commit], stored: &[Stored], at_ms: i64) {
-        if self.lists.is_empty() {
+        if self.lists.is_empty() || self.logs.is_some() {
             return;
         }
         for (commit, stored) in commits.iter().zip(stored) {
@@ -84,7 +115,7 @@ pub(crate) type SseBody =
 /// The stream of list `doc` for a reader that has seen every event up to `from`,
 /// starting with `snapshot`; `live` was subscribed before the snapshot was read.
 pub(crate) fn sse(
-    store: Store,
+    past: Past,
     doc: DocumentId,
     from: u64,
     snapshot: Snapshot,
@@ -92,7 +123,7 @@ pub(crate) fn sse(
 ) -> SseBody {
     let (tx, rx) = mpsc::channel::<Bytes>(STREAM_PAGE_MAX);
     tokio::spawn(async move {
-        if let Err(why) = feed(&store, doc, from, snapshot, live, &tx).await {
+        if let Err(why) = feed(&past, doc, from, snapshot, live, &tx).await {
             tracing::debug!(%doc, why, "event stream ended");
         }
     });
@@ -113,7 +144,7 @@ fn message(kind: &str, id: Option<u64>, json: &str) -> Bytes {
 }
 
 async fn feed(
-    store: &Store,
+    past: &Past,
     doc: DocumentId,
     from: u64,
     snapshot: Snapshot,
@@ -127,13 +158,12 @@ async fn feed(
         .map_err(|_| gone)?;
     let mut last = from;
     loop {
-        // From the store, everything past `last` (in pages), then live.
+        // From the past, everything after `last` (in pages), then live.
         loop {
-            let page = store
-                .events_since(persist::doc_id(&doc), last, STREAM_PAGE_MAX)
-                .await
-                .map_err(|_| "the store failed")?;
-            let n = page.len();
+            let (page, more) = past.events_after(doc, last).await.map_err(|why| {
+                tracing::info!(%doc, why, "an event stream could not read the list's past");
+                "the list's past could not be read"
+            })?;
             for e in page {
                 let json = stored_event_json(&doc, e.seq, &e.json);
                 tx.send(message(&e.kind, Some(e.seq), &json))
@@ -141,7 +171,7 @@ async fn feed(
                     .map_err(|_| gone)?;
                 last = e.seq;
             }
-            if n < STREAM_PAGE_MAX {
+            if !more {
                 break;
             }
         }
@@ -159,16 +189,60 @@ async fn feed(
                     last = seq;
                 }
                 // A gap (an event it has not seen yet was committed before it
-                // subscribed): back to the store.
+                // subscribed): back to the past.
                 Ok(_) => break,
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::info!(%doc, last, missed, "an event stream fell behind the live events: it goes on from the store");
+                    tracing::info!(%doc, last, missed, "an event stream fell behind the live events: it goes on from the list's past");
                     break;
                 }
                 Err(broadcast::error::RecvError::Closed) => return Err("the hub stopped"),
             }
         }
     }
+}
+
+/// In a cluster: feeds `tx` with list `doc`'s events as its log takes them, until no
+/// reader is left (noticed within [`STREAM_KEEPALIVE`]). Of the events the log held
+/// when it started, only the last goes out: a reader that read its past before that
+/// one sees the gap and reads its past again; one that read it after sees nothing new.
+async fn follow_log(cluster: Cluster, doc: DocumentId, tx: broadcast::Sender<Live>) {
+    let send = |e: swarmtodo_store::StoredEvent| {
+        let json = stored_event_json(&doc, e.seq, &e.json);
+        let _ = tx.send((e.seq, message(&e.kind, Some(e.seq), &json)));
+    };
+    let mut follow = loop {
+        match cluster.follow(persist::doc_id(&doc)).await {
+            Ok(follow) => break follow,
+            Err(e) => tracing::info!(%doc, error = %e, "the list's log cannot be followed yet"),
+        }
+        if tx.receiver_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(FOLLOW_RETRY).await;
+    };
+    // The first read takes what the log holds now, without waiting.
+    let mut first = true;
+    while tx.receiver_count() > 0 {
+        let wait = if first {
+            Duration::ZERO
+        } else {
+            STREAM_KEEPALIVE
+        };
+        match follow.next(wait).await {
+            Ok(events) if first => {
+                first = false;
+                if let Some(last) = events.into_iter().last() {
+                    send(last);
+                }
+            }
+            Ok(events) => events.into_iter().for_each(send),
+            Err(e) => {
+                tracing::info!(%doc, error = %e, "the list's log could not be read: again in a moment");
+                tokio::time::sleep(FOLLOW_RETRY).await;
+            }
+        }
+    }
+    tracing::debug!(%doc, "no reader follows the list's log any more");
 }
 
 /// A stored event's JSON (`at_ms` and the body) as an [`Event`]: with its `seq` and list.
