@@ -28,14 +28,20 @@ const ROLLUP_AFTER_COMMITS: u64 = 25;
 
 /// Hub `id` of the cluster on the NATS at `url`, its store in `dir`, leases of `lease_ms`.
 fn hub_on(url: &str, dir: &Path, id: &str, lease_ms: u64) -> HubProc {
-    let config = dir.join(format!("{id}.toml"));
+    hub_configured(url, dir, id, lease_ms, "")
+}
+
+/// Hub `id` as [`hub_on`] makes it, with `config` (TOML) in its configuration too.
+fn hub_configured(url: &str, dir: &Path, id: &str, lease_ms: u64, config: &str) -> HubProc {
+    let path = dir.join(format!("{id}.toml"));
     std::fs::write(
-        &config,
+        &path,
         format!(
-            "[cluster]\nlease_ms = {lease_ms}\nrollup_after_commits = {ROLLUP_AFTER_COMMITS}\n"
+            "{config}\n[cluster]\nlease_ms = {lease_ms}\nrollup_after_commits = {ROLLUP_AFTER_COMMITS}\n"
         ),
     )
     .unwrap();
+    let config = path;
     HubProc::start_with(
         &dir.join(format!("{id}.db")),
         "127.0.0.1:0",
@@ -789,4 +795,106 @@ async fn an_event_stream_at_any_hub_carries_every_event_once_through_a_failover(
         matches!(&e, HttpError::Api(e) if e.code == ErrorCode::UnknownList),
         "{e}"
     );
+}
+
+/// The index of lists at a hub, until `done` holds of it (or the test fails).
+async fn index_until(
+    hub: &HubProc,
+    token: &str,
+    done: impl Fn(&[swarmtodo::proto::ListSummary]) -> bool,
+) -> Vec<swarmtodo::proto::ListSummary> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut all = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = Api::new(&hub.url)
+                .unwrap()
+                .token(token)
+                .lists(after.as_deref())
+                .await
+                .unwrap();
+            all.extend(page.lists);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        if done(&all) {
+            return all;
+        }
+        assert!(Instant::now() < deadline, "the index never came: {all:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every hub of a cluster answers the index with every list of the cluster, as their
+/// holders last stored them, and admits the tokens any hub made for delegated tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_hub_lists_every_list_and_admits_every_made_token() {
+    use crate::common::{LEAD_TOKEN, TOKENS_CONFIG};
+
+    let nats = NatsServer::start("hubs-directory");
+    let dir = scratch("cluster-directory");
+    let [a, b, c] = ["hub-a", "hub-b", "hub-c"]
+        .map(|id| hub_configured(&nats.url, &dir, id, 1000, TOKENS_CONFIG));
+    let as_lead = |hub: &HubProc| Api::new(&hub.url).unwrap().token(LEAD_TOKEN);
+    // hub-a makes "alpha" with two tasks; hub-b makes "beta" with one.
+    as_lead(&a).create("alpha").await.unwrap();
+    as_lead(&a).write("alpha", &upsert("t1")).await.unwrap();
+    as_lead(&a).write("alpha", &upsert("t2")).await.unwrap();
+    as_lead(&b).create("beta").await.unwrap();
+    as_lead(&b).write("beta", &upsert("u1")).await.unwrap();
+    // hub-c, which holds neither, lists both with their tasks (summaries are stored at
+    // most once a second: the last comes a moment later).
+    let counts = |all: &[swarmtodo::proto::ListSummary]| -> Vec<(Option<String>, u64)> {
+        all.iter()
+            .map(|l| (l.name.clone(), l.tasks.pending))
+            .collect()
+    };
+    let want = vec![(Some("alpha".to_owned()), 2), (Some("beta".to_owned()), 1)];
+    let listed = index_until(&c, LEAD_TOKEN, |all| counts(all) == want).await;
+    assert!(listed.iter().all(|l| l.version.is_some()), "{listed:?}");
+
+    // A task of alpha delegated at hub-a: its token works at hub-b and hub-c, which never
+    // made it (a write at hub-b is decided by hub-a).
+    let delegated = as_lead(&a)
+        .delegate("alpha", "t1", "sub", Some("alpha-t1"))
+        .await
+        .unwrap();
+    let token = delegated.token.expect("a hub with tokens makes one");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let sub = Api::new(&b.url).unwrap().token(&token);
+        match sub.write("alpha-t1", &upsert("s1")).await {
+            Ok(_) => break,
+            Err(HttpError::Api(e)) if e.code == ErrorCode::Unauthorized => {
+                assert!(
+                    Instant::now() < deadline,
+                    "hub-b never admitted the token: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let sub_at_c = Api::new(&c.url).unwrap().token(&token);
+    assert_eq!(ids(&sub_at_c.read("alpha-t1", None).await.unwrap()), ["s1"]);
+    // The token names its list only: a write to another list is refused.
+    let e = Api::new(&c.url)
+        .unwrap()
+        .token(&token)
+        .write("beta", &upsert("u2"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, HttpError::Api(e) if e.code == ErrorCode::Forbidden),
+        "{e}"
+    );
+    // The delegated list is in the index too.
+    index_until(&b, LEAD_TOKEN, |all| {
+        all.iter()
+            .any(|l| l.name.as_deref() == Some("alpha-t1") && l.tasks.pending == 1)
+    })
+    .await;
 }

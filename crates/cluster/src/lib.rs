@@ -17,10 +17,13 @@
 //!   authority goes to the hub that is, over NATS, and its answer comes back.
 //! - The replay (`replay.rs`): a hub's own SQLite store brought up to the log before it
 //!   acts for a list it took.
+//! - The directory (`directory.rs`): the index of lists and the tokens hubs made, a
+//!   bucket each that every hub watches.
 //! - Following (`follow.rs`): a list's events and document read from its log by any hub,
 //!   its events followed as the log takes them (the JSON API's event stream and a task's
 //!   history, wherever they are asked for).
 
+mod directory;
 mod follow;
 mod forward;
 mod lease;
@@ -34,6 +37,7 @@ use std::time::Duration;
 
 use swarmtodo_store::DocId;
 
+pub use self::directory::{token_sha256, Keyed, Watched, LISTS_BUCKET, TOKENS_BUCKET};
 pub use self::follow::{document_of, number_events, Follow};
 pub use self::forward::{
     call_subject, Forwarded, ForwardedCall, SessionMessage, SessionMessages, CALL_SUBJECT_PREFIX,
@@ -99,6 +103,7 @@ pub struct Cluster {
     runtime: tokio::runtime::Handle,
     log: log::Log,
     leases: lease::Leases,
+    directory: directory::Directory,
     rollup_after: u64,
 }
 
@@ -149,12 +154,14 @@ impl Cluster {
         js.set_timeout(NATS_REQUEST_TIMEOUT);
         let log = log::Log::open(js.clone(), config.replicas).await?;
         let leases = lease::Leases::open(&js, hub, config.lease_ttl, config.replicas).await?;
+        let directory = directory::Directory::open(&js, config.replicas).await?;
         Ok(Cluster {
             hub: hub.clone(),
             client,
             runtime: tokio::runtime::Handle::current(),
             log,
             leases,
+            directory,
             rollup_after: config.rollup_after_commits,
         })
     }

@@ -57,11 +57,22 @@ pub(crate) struct Api {
     pub(crate) store: swarmtodo_store::Store,
     /// Where event streams and task histories read a list's past.
     pub(crate) past: crate::past::Past,
+    /// In a cluster: the index of every list, and where made tokens are shared.
+    pub(crate) directory: Option<Directory>,
     /// What `/metrics` shows.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// Turns for history reads, shared by every connection (see
     /// [`HISTORY_READS_MAX`](crate::limits::HISTORY_READS_MAX)).
     pub(crate) history_reads: Arc<tokio::sync::Semaphore>,
+}
+
+/// A hub of a cluster's part of the cluster's directory (`directory.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct Directory {
+    /// The cluster, where made tokens are shared.
+    pub(crate) cluster: swarmtodo_cluster::Cluster,
+    /// The index of every list of the cluster.
+    pub(crate) index: crate::directory::ListIndex,
 }
 
 /// A response body: JSON, or an event stream.
@@ -410,13 +421,17 @@ impl Api {
             (Route::Lists, &Method::GET) => {
                 self.reader(&req)?;
                 let after = query_value(req.uri().query(), "after")?;
-                let page = self.store.lists(after, LISTS_PAGE_MAX).await.map_err(|e| {
-                    error(
-                        ErrorCode::Internal,
-                        None,
-                        format!("the store could not list the lists ({e}): retry"),
-                    )
-                })?;
+                let page = match &self.directory {
+                    // Every list of the cluster, as this hub last heard of it.
+                    Some(d) => d.index.page(after.as_deref(), LISTS_PAGE_MAX),
+                    None => self.store.lists(after, LISTS_PAGE_MAX).await.map_err(|e| {
+                        error(
+                            ErrorCode::Internal,
+                            None,
+                            format!("the store could not list the lists ({e}): retry"),
+                        )
+                    })?,
+                };
                 let body = serde_json::to_vec(&page)
                     .map_err(|e| error(ErrorCode::Internal, None, e.to_string()))?;
                 return Ok((StatusCode::OK, body));
@@ -695,7 +710,8 @@ impl Api {
     }
 
     /// On a hub with tokens, a new worker token for `agent` on list `list` (kept in the
-    /// store by its SHA-256 before it is given out); none on an open hub.
+    /// store by its SHA-256 before it is given out, and in a cluster shared with every
+    /// hub); none on an open hub.
     async fn token_for(
         &self,
         agent: &str,
@@ -719,6 +735,12 @@ impl Api {
             .await
             .map_err(|e| failed(e.to_string()))?;
         tokens.add_made(hash, crate::access::delegated_identity(agent, list));
+        // In a cluster, every hub admits it.
+        if let Some(d) = &self.directory {
+            crate::directory::share_token(&d.cluster, hash, agent, list, parent)
+                .await
+                .map_err(failed)?;
+        }
         Ok(Some(token))
     }
 

@@ -537,6 +537,12 @@ impl Io for Relay {
                 for doc in docs {
                     side.roll_up_if_due(doc, &self.store).await;
                 }
+                // The summaries stored go to the cluster's index of lists too.
+                for c in &kept {
+                    if let Some(summary) = &c.summary {
+                        crate::directory::index_list(side.cluster(), c.doc, summary).await;
+                    }
+                }
                 refused
                     .into_iter()
                     .map(|r| {

@@ -14,6 +14,7 @@ mod board;
 mod channel;
 mod cluster;
 pub mod config;
+mod directory;
 mod forward;
 pub mod http;
 mod hub_task;

@@ -105,6 +105,15 @@ pub async fn run(
         }
     }
     let access = Arc::new(access);
+    // In a cluster: the index of every list and the tokens every hub made, watched.
+    let directory = cluster.as_ref().map(|cluster| {
+        let index = crate::directory::ListIndex::default();
+        crate::directory::watch(cluster, index.clone(), access.clone());
+        crate::http::Directory {
+            cluster: cluster.clone(),
+            index,
+        }
+    });
     let limits = Arc::new(limits);
     let per_address: Counts<std::net::IpAddr> = Counts::default();
     let per_token: Counts<String> = Counts::default();
@@ -173,6 +182,7 @@ pub async fn run(
                 };
                 let store = events_store.clone();
                 let past = past.clone();
+                let directory = directory.clone();
                 let metrics = metrics.clone();
                 let history_reads = history_reads.clone();
                 tokio::spawn(async move {
@@ -186,6 +196,7 @@ pub async fn run(
                                 admitted: from.is_some(),
                                 store,
                                 past,
+                                directory,
                                 metrics,
                                 history_reads,
                             };

@@ -1,0 +1,229 @@
+//! A hub of a cluster and the cluster's directory (docs/DESIGN.md §10): the index of
+//! every list of the cluster, which `GET /v1/lists` answers at any hub, and the tokens
+//! any hub made for delegated tasks, which every hub admits.
+//!
+//! The holder of a list writes its summary into the index whenever it stores one (at
+//! most once a second per list); the hub that makes a token shares it (its SHA-256 and
+//! who it names, never the token). Every hub watches both from its start — the last
+//! value of every key, then each new one — and keeps the index in memory, one entry a
+//! list of the cluster, and the tokens with those of its configuration.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use hyper::body::Bytes;
+use serde::{Deserialize, Serialize};
+
+use swarmtodo_cluster::limits::FOLLOW_RETRY;
+use swarmtodo_cluster::{token_sha256, Cluster, Keyed, Watched};
+use swarmtodo_core::hub::Summary;
+use swarmtodo_proto::wire::DocumentId;
+use swarmtodo_proto::{ListSummary, ListsPage};
+use swarmtodo_store::persist;
+
+use crate::access::{delegated_identity, Access};
+
+/// Who a made token names, as the tokens' bucket holds it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Made {
+    agent: String,
+    list: String,
+    parent: String,
+}
+
+/// The index of the cluster's lists, as this hub last heard it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ListIndex {
+    inner: Arc<RwLock<Index>>,
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    /// By key: the name, or the document id of a list without one.
+    by_key: BTreeMap<String, ListSummary>,
+    /// Each list's key, by document id.
+    key_of: BTreeMap<String, String>,
+}
+
+impl ListIndex {
+    /// The lists after key `after`, at most `limit`, in order of their key.
+    pub(crate) fn page(&self, after: Option<&str>, limit: usize) -> ListsPage {
+        let index = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let range = match after {
+            Some(after) => index
+                .by_key
+                .range::<str, _>((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)),
+            None => index.by_key.range::<str, _>(..),
+        };
+        let mut lists: Vec<ListSummary> = range.take(limit + 1).map(|(_, s)| s.clone()).collect();
+        let next = if lists.len() > limit {
+            lists.truncate(limit);
+            lists.last().map(key)
+        } else {
+            None
+        };
+        ListsPage { lists, next }
+    }
+
+    /// List `doc`'s summary is `summary` now (`None`: gone). A summary without a name
+    /// keeps the name the list had.
+    fn set(&self, doc: &str, summary: Option<ListSummary>) {
+        let mut index = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let before = index
+            .key_of
+            .remove(doc)
+            .and_then(|k| index.by_key.remove(&k));
+        let Some(mut summary) = summary else {
+            return;
+        };
+        if summary.name.is_none() {
+            summary.name = before.and_then(|b| b.name);
+        }
+        let k = key(&summary);
+        index.key_of.insert(doc.to_owned(), k.clone());
+        index.by_key.insert(k, summary);
+    }
+}
+
+/// A list's key in the index: its name, or its document id.
+fn key(s: &ListSummary) -> String {
+    s.name.clone().unwrap_or_else(|| s.document.clone())
+}
+
+/// Writes list `doc`'s summary into the cluster's index (a failure is logged: the
+/// index catches up at the list's next summary).
+pub(crate) async fn index_list(cluster: &Cluster, doc: DocumentId, summary: &Summary) {
+    let entry = ListSummary {
+        name: summary.name.clone(),
+        document: doc.to_string(),
+        version: Some(summary.version.clone()),
+        tasks: summary.tasks,
+    };
+    let written = match serde_json::to_vec(&entry) {
+        Ok(json) => cluster
+            .index_list(persist::doc_id(&doc), Bytes::from(json))
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = written {
+        tracing::warn!(%doc, error = e, "the list's summary did not reach the cluster's index");
+    }
+}
+
+/// Shares a token this hub made for `agent` on list `list` (delegated from `parent`)
+/// with every hub of the cluster.
+pub(crate) async fn share_token(
+    cluster: &Cluster,
+    sha256: [u8; 32],
+    agent: &str,
+    list: &str,
+    parent: &str,
+) -> Result<(), String> {
+    let made = Made {
+        agent: agent.to_owned(),
+        list: list.to_owned(),
+        parent: parent.to_owned(),
+    };
+    let json = serde_json::to_vec(&made).map_err(|e| e.to_string())?;
+    cluster
+        .add_token(sha256, Bytes::from(json))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Watches the cluster's directory for as long as the hub runs: the index of lists into
+/// `index`, the made tokens into `access` (a hub with tokens). A watch that ends is made
+/// again, and brings every key again.
+pub(crate) fn watch(cluster: &Cluster, index: ListIndex, access: Arc<Access>) {
+    let c = cluster.clone();
+    cluster.spawn(keep_watching(c, "lists", move |k: Keyed| {
+        let summary = k.value.and_then(|v| {
+            serde_json::from_slice::<ListSummary>(&v)
+                .map_err(|e| tracing::warn!(key = k.key, error = %e, "a list's summary in the index does not read"))
+                .ok()
+        });
+        index.set(&k.key, summary);
+    }));
+    let Access::Tokens(tokens) = &*access else {
+        return;
+    };
+    let tokens = tokens.clone();
+    let c = cluster.clone();
+    cluster.spawn(keep_watching(c, "tokens", move |k: Keyed| {
+        let (Some(sha), Some(value)) = (token_sha256(&k.key), k.value) else {
+            return;
+        };
+        match serde_json::from_slice::<Made>(&value) {
+            Ok(m) => tokens.add_made(sha, delegated_identity(&m.agent, &m.list)),
+            Err(e) => tracing::warn!(error = %e, "a made token in the cluster does not read"),
+        }
+    }));
+}
+
+async fn keep_watching(cluster: Cluster, what: &'static str, mut each: impl FnMut(Keyed)) {
+    loop {
+        let watched: Result<Watched, _> = match what {
+            "lists" => cluster.watch_lists().await,
+            _ => cluster.watch_tokens().await,
+        };
+        match watched {
+            Ok(mut w) => {
+                while let Some(k) = w.next().await {
+                    match k {
+                        Ok(k) => each(k),
+                        Err(e) => {
+                            tracing::info!(what, error = %e, "the cluster's directory: watched again");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::info!(what, error = %e, "the cluster's directory cannot be watched yet")
+            }
+        }
+        tokio::time::sleep(FOLLOW_RETRY).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+
+    use super::*;
+
+    fn summary(name: Option<&str>, doc: &str, pending: u32) -> ListSummary {
+        let mut s: ListSummary = serde_json::from_value(serde_json::json!({
+            "name": name, "document": doc, "version": null,
+            "tasks": {"pending": 0, "in_progress": 0, "completed": 0, "cancelled": 0, "blocked": 0}
+        }))
+        .unwrap();
+        s.tasks.pending = pending.into();
+        s
+    }
+
+    fn names(page: &ListsPage) -> Vec<String> {
+        page.lists.iter().map(key).collect()
+    }
+
+    #[test]
+    fn the_index_pages_by_key_and_keeps_a_list_s_name_and_last_summary() {
+        let index = ListIndex::default();
+        index.set("d1", Some(summary(Some("b"), "d1", 1)));
+        index.set("d2", Some(summary(None, "d2", 1)));
+        index.set("d3", Some(summary(Some("a"), "d3", 1)));
+        // Named later; then a summary without its name keeps it.
+        index.set("d2", Some(summary(Some("c"), "d2", 2)));
+        index.set("d2", Some(summary(None, "d2", 3)));
+        let first = index.page(None, 2);
+        assert_eq!(names(&first), ["a", "b"]);
+        assert_eq!(first.next.as_deref(), Some("b"));
+        let second = index.page(first.next.as_deref(), 2);
+        assert_eq!(names(&second), ["c"]);
+        assert_eq!(second.next, None);
+        assert_eq!(second.lists[0].tasks.pending, 3);
+        index.set("d3", None);
+        assert_eq!(names(&index.page(None, 10)), ["b", "c"]);
+    }
+}
