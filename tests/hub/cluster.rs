@@ -898,3 +898,51 @@ async fn any_hub_lists_every_list_and_admits_every_made_token() {
     })
     .await;
 }
+
+/// A delegated task takes the status its list rolls up to when the two lists are held
+/// by different hubs: the parent's holder hears the sub-list's counts from the cluster's
+/// index, and the link from the cluster's directory (the hub that made both is dead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegated_task_rolls_up_when_its_list_and_its_parent_are_held_by_different_hubs() {
+    use swarmtodo::proto::Status;
+
+    let nats = NatsServer::start("hubs-rollup");
+    let dir = scratch("cluster-rollup");
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    let c = hub_in(&nats, &dir, "hub-c");
+    lead(&a).create("plan").await.unwrap();
+    lead(&a).write("plan", &upsert("t1")).await.unwrap();
+    lead(&a)
+        .delegate("plan", "t1", "sub", Some("plan-t1"))
+        .await
+        .unwrap();
+    lead(&a).write("plan-t1", &upsert("s1")).await.unwrap();
+    // hub-a, which made both lists and held both, dies: hub-c takes the parent, hub-b
+    // the task's list.
+    a.kill9();
+    read_when_held(&c, "plan").await;
+    read_when_held(&b, "plan-t1").await;
+    let forwarded_before = forwarded(&c).await;
+    let done =
+        r#"{"mode":"patch","ops":[{"op":"upsert","task":{"id":"s1","status":"completed"}}]}"#;
+    lead(&b).write("plan-t1", done).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let plan = lead(&c).read("plan", None).await.unwrap();
+        let t1 = plan.tasks.iter().find(|t| t.id == "t1").map(|t| t.status);
+        if t1 == Some(Status::Completed) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "t1 is {t1:?}: it never rolled up from plan-t1 at hub-b into plan at hub-c"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        forwarded(&c).await,
+        forwarded_before,
+        "hub-c held the parent all along"
+    );
+}

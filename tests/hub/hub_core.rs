@@ -1766,3 +1766,73 @@ fn a_cluster_hub_loads_every_list_first_and_closes_peers_of_lists_it_does_not_ho
     );
     assert_eq!(core.conn_count(), conns - 2, "both left the core");
 }
+
+/// In a cluster, a delegated task's list held by another hub rolls up by the task counts
+/// the cluster's index gives: only into a parent in memory here (no hub takes a parent
+/// for it), as soon as the parent loads here, and at once while it is here. Counts of a
+/// list without a link change nothing.
+#[test]
+fn a_sub_list_held_elsewhere_rolls_up_by_its_counts_only_into_a_parent_held_here() {
+    use swarmtodo::hub::core::Link;
+    use swarmtodo::proto::{EventBody, TaskCounts};
+    let rolled_up = |fx: &Effects| -> Vec<Status> {
+        fx.commits
+            .iter()
+            .flat_map(|c| &c.events)
+            .filter_map(|e| match e {
+                EventBody::RolledUp { task, status, .. } if task == "t0" => Some(*status),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut core = HubCore::new(HubConfig::new(ActorId::from([0xA0u8; 16])));
+    let parent = swarmtodo::client::list_document_id("plan");
+    let sub = swarmtodo::client::list_document_id("plan-t0");
+    let link = Link {
+        parent: "plan".into(),
+        task: "t0".into(),
+        agent: "sub".into(),
+        list: "plan-t0".into(),
+    };
+    let done = TaskCounts {
+        completed: 2,
+        ..TaskCounts::default()
+    };
+    let fx = core.handle_batch(
+        0,
+        [
+            Input::SubListCounts(sub, done),
+            Input::Links(vec![link]),
+            Input::SubListCounts(sub, done),
+            Input::SubListCounts(swarmtodo::client::list_document_id("not-delegated"), done),
+        ],
+    );
+    assert!(fx.loads.is_empty(), "no parent is taken for a roll-up");
+    assert!(fx.commits.is_empty());
+    // The parent loads here: its task takes what the sub-list rolls up to.
+    let fx = core.loaded(
+        1,
+        parent,
+        Some(StoredList {
+            list: TodoList::from_doc(
+                list_with_history(2, 1)
+                    .doc()
+                    .clone()
+                    .with_actor(core.actor().clone()),
+            ),
+            reported: Vec::new(),
+            since_compaction: 0,
+        }),
+    );
+    assert_eq!(rolled_up(&fx), [Status::Completed]);
+    // While it is here, new counts roll up at once; the same status again writes nothing.
+    let busy = TaskCounts {
+        in_progress: 1,
+        completed: 1,
+        ..TaskCounts::default()
+    };
+    let fx = core.handle(2, Input::SubListCounts(sub, busy));
+    assert_eq!(rolled_up(&fx), [Status::InProgress]);
+    let fx = core.handle(3, Input::SubListCounts(sub, busy));
+    assert!(rolled_up(&fx).is_empty());
+}

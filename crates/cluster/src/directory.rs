@@ -1,33 +1,61 @@
 //! What every hub of a cluster knows of the whole cluster beside the lists' logs: the
-//! index of lists and the tokens hubs made for delegated tasks. Each is a key-value
-//! bucket every hub watches from its start (the last value of every key, then each new
-//! one), so that a hub answers the index and admits a made token whichever hub wrote
-//! them.
+//! index of lists, the tokens hubs made for delegated tasks, and the links of the lists
+//! made for them. Each is a key-value bucket ([`Bucket`]) every hub watches from its
+//! start (the last value of every key, then each new one), so that a hub answers the
+//! index, admits a made token and rolls a delegated list up whichever hub wrote them.
 //!
-//! - [`LISTS_BUCKET`]: a key per list (its document id), its summary as its holder last
-//!   stored it (written at most as often as a hub stores a list's summary).
-//! - [`TOKENS_BUCKET`]: a key per made token (its SHA-256, in hex; never the token), who
-//!   it names.
+//! - [`Bucket::Lists`] (`swarmtodo-lists`): a key per list (its document id), its summary
+//!   as its holder last stored it (written at most as often as a hub stores a list's
+//!   summary).
+//! - [`Bucket::Tokens`] (`swarmtodo-tokens`): a key per made token (its SHA-256 in hex,
+//!   [`token_key`]; never the token), who it names.
+//! - [`Bucket::Links`] (`swarmtodo-links`): a key per delegated task's list (its document
+//!   id), the task it rolls up into.
 //!
 //! The values are the hub's to encode; this module moves bytes.
 
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use swarmtodo_store::DocId;
 
 use crate::{Cluster, ClusterError};
 
-/// The bucket of the index of lists: a key per list, its summary.
-pub const LISTS_BUCKET: &str = "swarmtodo-lists";
-/// The bucket of the tokens hubs made: a key per token's SHA-256, who it names.
-pub const TOKENS_BUCKET: &str = "swarmtodo-tokens";
+/// One of the directory's buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    /// The index of lists: a key per list, its summary.
+    Lists,
+    /// The tokens hubs made: a key per token's SHA-256, who it names.
+    Tokens,
+    /// The links of delegated tasks' lists: a key per list, its task.
+    Links,
+}
 
-/// The two buckets, as one hub uses them.
+impl Bucket {
+    /// Its name in NATS.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bucket::Lists => "swarmtodo-lists",
+            Bucket::Tokens => "swarmtodo-tokens",
+            Bucket::Links => "swarmtodo-links",
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            Bucket::Lists => "swarmtodo: the index of lists",
+            Bucket::Tokens => "swarmtodo: the tokens hubs made for delegated tasks",
+            Bucket::Links => "swarmtodo: the lists of delegated tasks and their tasks",
+        }
+    }
+}
+
+/// The buckets, as one hub uses them.
 #[derive(Debug, Clone)]
 pub(crate) struct Directory {
     lists: kv::Store,
     tokens: kv::Store,
+    links: kv::Store,
 }
 
 impl Directory {
@@ -37,30 +65,33 @@ impl Directory {
         replicas: usize,
     ) -> Result<Directory, ClusterError> {
         Ok(Directory {
-            lists: bucket(js, LISTS_BUCKET, "swarmtodo: the index of lists", replicas).await?,
-            tokens: bucket(
-                js,
-                TOKENS_BUCKET,
-                "swarmtodo: the tokens hubs made for delegated tasks",
-                replicas,
-            )
-            .await?,
+            lists: bucket(js, Bucket::Lists, replicas).await?,
+            tokens: bucket(js, Bucket::Tokens, replicas).await?,
+            links: bucket(js, Bucket::Links, replicas).await?,
         })
+    }
+
+    fn store(&self, bucket: Bucket) -> &kv::Store {
+        match bucket {
+            Bucket::Lists => &self.lists,
+            Bucket::Tokens => &self.tokens,
+            Bucket::Links => &self.links,
+        }
     }
 }
 
 async fn bucket(
     js: &jetstream::Context,
-    name: &str,
-    description: &str,
+    bucket: Bucket,
     replicas: usize,
 ) -> Result<kv::Store, ClusterError> {
+    let name = bucket.name();
     if let Ok(kv) = js.get_key_value(name).await {
         return Ok(kv);
     }
     js.create_key_value(kv::Config {
         bucket: name.to_owned(),
-        description: description.to_owned(),
+        description: bucket.description().to_owned(),
         history: 1,
         storage: jetstream::stream::StorageType::File,
         num_replicas: replicas,
@@ -81,7 +112,7 @@ pub struct Keyed {
 
 /// A watch of one of the buckets: the last value of every key, then each new one.
 pub struct Watched {
-    bucket: &'static str,
+    bucket: Bucket,
     watch: kv::Watch,
 }
 
@@ -105,49 +136,52 @@ impl Watched {
                     key: e.key,
                 })
                 .map_err(|e| {
-                    ClusterError::JetStream(format!("watching the bucket {}: {e}", self.bucket))
+                    ClusterError::JetStream(format!(
+                        "watching the bucket {}: {e}",
+                        self.bucket.name()
+                    ))
                 }),
         )
     }
 }
 
 impl Cluster {
-    /// Writes list `doc`'s summary into the index of lists.
-    pub async fn index_list(&self, doc: DocId, summary: Bytes) -> Result<(), ClusterError> {
+    /// Writes `value` at `key` in the directory's `bucket`.
+    pub async fn directory_put(
+        &self,
+        bucket: Bucket,
+        key: &str,
+        value: Bytes,
+    ) -> Result<(), ClusterError> {
         self.directory
-            .lists
-            .put(doc.to_string(), summary)
+            .store(bucket)
+            .put(key, value)
             .await
             .map(|_| ())
-            .map_err(|e| ClusterError::JetStream(format!("indexing list {doc}: {e}")))
+            .map_err(|e| {
+                ClusterError::JetStream(format!(
+                    "writing {key} in the bucket {}: {e}",
+                    bucket.name()
+                ))
+            })
     }
 
-    /// Tells every hub of a token this hub made (by its SHA-256): `made` says who it names.
-    pub async fn add_token(&self, sha256: [u8; 32], made: Bytes) -> Result<(), ClusterError> {
+    /// Watches the directory's `bucket`.
+    pub async fn watch(&self, bucket: Bucket) -> Result<Watched, ClusterError> {
         self.directory
-            .tokens
-            .put(hex(&sha256), made)
+            .store(bucket)
+            .watch_with_history(">")
             .await
-            .map(|_| ())
-            .map_err(|e| ClusterError::JetStream(format!("sharing a made token: {e}")))
-    }
-
-    /// Watches the index of lists (keys: document ids).
-    pub async fn watch_lists(&self) -> Result<Watched, ClusterError> {
-        watch(&self.directory.lists, LISTS_BUCKET).await
-    }
-
-    /// Watches the made tokens (keys: SHA-256s in hex, [`token_sha256`]).
-    pub async fn watch_tokens(&self) -> Result<Watched, ClusterError> {
-        watch(&self.directory.tokens, TOKENS_BUCKET).await
+            .map(|watch| Watched { bucket, watch })
+            .map_err(|e| {
+                ClusterError::JetStream(format!("watching the bucket {}: {e}", bucket.name()))
+            })
     }
 }
 
-async fn watch(kv: &kv::Store, bucket: &'static str) -> Result<Watched, ClusterError> {
-    kv.watch_with_history(">")
-        .await
-        .map(|watch| Watched { bucket, watch })
-        .map_err(|e| ClusterError::JetStream(format!("watching the bucket {bucket}: {e}")))
+/// A made token's key in [`Bucket::Tokens`]: its SHA-256 in hex.
+pub fn token_key(sha256: &[u8; 32]) -> String {
+    hex(sha256)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -173,7 +207,7 @@ mod tests {
     #[test]
     fn a_token_s_key_is_its_sha256_in_hex_and_nothing_else_reads_as_one() {
         let sha = [0xab; 32];
-        assert_eq!(token_sha256(&hex(&sha)), Some(sha));
+        assert_eq!(token_sha256(&token_key(&sha)), Some(sha));
         assert_eq!(token_sha256("ab"), None);
         assert_eq!(token_sha256(&"zz".repeat(32)), None);
         assert_eq!(token_sha256(&"é".repeat(32)), None);

@@ -17,8 +17,8 @@
 //!   authority goes to the hub that is, over NATS, and its answer comes back.
 //! - The replay (`replay.rs`): a hub's own SQLite store brought up to the log before it
 //!   acts for a list it took.
-//! - The directory (`directory.rs`): the index of lists and the tokens hubs made, a
-//!   bucket each that every hub watches.
+//! - The directory (`directory.rs`): the index of lists, the tokens hubs made and the
+//!   links of delegated tasks' lists, a bucket each that every hub watches.
 //! - Following (`follow.rs`): a list's events and document read from its log by any hub,
 //!   its events followed as the log takes them (the JSON API's event stream and a task's
 //!   history, wherever they are asked for).
@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use swarmtodo_store::DocId;
 
-pub use self::directory::{token_sha256, Keyed, Watched, LISTS_BUCKET, TOKENS_BUCKET};
+pub use self::directory::{token_key, token_sha256, Bucket, Keyed, Watched};
 pub use self::follow::{document_of, number_events, Follow};
 pub use self::forward::{
     call_subject, Forwarded, ForwardedCall, SessionMessage, SessionMessages, CALL_SUBJECT_PREFIX,

@@ -1,12 +1,16 @@
 //! A hub of a cluster and the cluster's directory (docs/DESIGN.md §10): the index of
-//! every list of the cluster, which `GET /v1/lists` answers at any hub, and the tokens
-//! any hub made for delegated tasks, which every hub admits.
+//! every list of the cluster, which `GET /v1/lists` answers at any hub; the tokens any
+//! hub made for delegated tasks, which every hub admits; and the links of delegated
+//! tasks' lists, so that a task rolls up whichever hubs hold it and its list.
 //!
 //! The holder of a list writes its summary into the index whenever it stores one (at
-//! most once a second per list); the hub that makes a token shares it (its SHA-256 and
-//! who it names, never the token). Every hub watches both from its start — the last
-//! value of every key, then each new one — and keeps the index in memory, one entry a
-//! list of the cluster, and the tokens with those of its configuration.
+//! most once a second per list), and the link of a delegated task's list with its
+//! first commit; the hub that makes a token shares it (its SHA-256 and who it names,
+//! never the token). Every hub watches all three from its start — the last value of
+//! every key, then each new one: it keeps the index in memory, one entry a list of the
+//! cluster, the tokens with those of its configuration, and tells its core of every
+//! link and of every list's task counts (a parent held here takes the status its
+//! sub-lists held elsewhere roll up to).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -14,14 +18,17 @@ use std::sync::{Arc, RwLock};
 use hyper::body::Bytes;
 use serde::{Deserialize, Serialize};
 
+use tokio::sync::mpsc;
+
 use swarmtodo_cluster::limits::FOLLOW_RETRY;
-use swarmtodo_cluster::{token_sha256, Cluster, Keyed, Watched};
-use swarmtodo_core::hub::Summary;
+use swarmtodo_cluster::{token_key, token_sha256, Bucket, Cluster, Keyed};
+use swarmtodo_core::hub::{Input, Link, Summary};
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{ListSummary, ListsPage};
 use swarmtodo_store::persist;
 
 use crate::access::{delegated_identity, Access};
+use crate::channel::ToHub;
 
 /// Who a made token names, as the tokens' bucket holds it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -29,6 +36,15 @@ struct Made {
     agent: String,
     list: String,
     parent: String,
+}
+
+/// A delegated task's list's link, as the links' bucket holds it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Linked {
+    parent: String,
+    task: String,
+    agent: String,
+    list: String,
 }
 
 /// The index of the cluster's lists, as this hub last heard it.
@@ -65,6 +81,12 @@ impl ListIndex {
         ListsPage { lists, next }
     }
 
+    /// The list called `name`, as last heard.
+    fn named(&self, name: &str) -> Option<ListSummary> {
+        let index = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        index.by_key.get(name).cloned()
+    }
+
     /// List `doc`'s summary is `summary` now (`None`: gone). A summary without a name
     /// keeps the name the list had.
     fn set(&self, doc: &str, summary: Option<ListSummary>) {
@@ -99,16 +121,41 @@ pub(crate) async fn index_list(cluster: &Cluster, doc: DocumentId, summary: &Sum
         version: Some(summary.version.clone()),
         tasks: summary.tasks,
     };
-    let written = match serde_json::to_vec(&entry) {
-        Ok(json) => cluster
-            .index_list(persist::doc_id(&doc), Bytes::from(json))
-            .await
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    if let Err(e) = written {
+    if let Err(e) = put(cluster, Bucket::Lists, doc, &entry).await {
         tracing::warn!(%doc, error = e, "the list's summary did not reach the cluster's index");
     }
+}
+
+/// Writes the link of delegated task's list `doc` into the cluster's directory (a
+/// failure is logged: the task rolls up only where the link is known).
+pub(crate) async fn share_link(cluster: &Cluster, doc: DocumentId, link: &Link) {
+    let linked = Linked {
+        parent: link.parent.clone(),
+        task: link.task.clone(),
+        agent: link.agent.clone(),
+        list: link.list.clone(),
+    };
+    if let Err(e) = put(cluster, Bucket::Links, doc, &linked).await {
+        tracing::warn!(%doc, error = e, "a delegated list's link did not reach the cluster");
+    }
+}
+
+/// Writes `value` at list `doc`'s key in `bucket`.
+async fn put(
+    cluster: &Cluster,
+    bucket: Bucket,
+    doc: DocumentId,
+    value: &impl Serialize,
+) -> Result<(), String> {
+    let json = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+    cluster
+        .directory_put(
+            bucket,
+            &persist::doc_id(&doc).to_string(),
+            Bytes::from(json),
+        )
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Shares a token this hub made for `agent` on list `list` (delegated from `parent`)
@@ -127,60 +174,105 @@ pub(crate) async fn share_token(
     };
     let json = serde_json::to_vec(&made).map_err(|e| e.to_string())?;
     cluster
-        .add_token(sha256, Bytes::from(json))
+        .directory_put(Bucket::Tokens, &token_key(&sha256), Bytes::from(json))
         .await
         .map_err(|e| e.to_string())
 }
 
 /// Watches the cluster's directory for as long as the hub runs: the index of lists into
-/// `index`, the made tokens into `access` (a hub with tokens). A watch that ends is made
-/// again, and brings every key again.
-pub(crate) fn watch(cluster: &Cluster, index: ListIndex, access: Arc<Access>) {
-    let c = cluster.clone();
-    cluster.spawn(keep_watching(c, "lists", move |k: Keyed| {
+/// `index`, the made tokens into `access` (a hub with tokens), the links and every
+/// list's task counts to the hub task. A watch that ends is made again, and brings
+/// every key again.
+pub(crate) fn watch(
+    cluster: &Cluster,
+    index: ListIndex,
+    access: Arc<Access>,
+    to_hub: mpsc::WeakSender<ToHub>,
+) {
+    let (lists, links) = (index.clone(), index);
+    let to_core = to_hub.clone();
+    cluster.spawn(keep_watching(cluster.clone(), Bucket::Lists, move |k: Keyed| {
         let summary = k.value.and_then(|v| {
             serde_json::from_slice::<ListSummary>(&v)
                 .map_err(|e| tracing::warn!(key = k.key, error = %e, "a list's summary in the index does not read"))
                 .ok()
         });
-        index.set(&k.key, summary);
-    }));
+        lists.set(&k.key, summary.clone());
+        summary.and_then(|s| counts_of(&s)).map(|i| vec![i])
+    }, to_core));
+    let to_core = to_hub;
+    cluster.spawn(keep_watching(cluster.clone(), Bucket::Links, move |k: Keyed| {
+        let linked = serde_json::from_slice::<Linked>(&k.value?)
+            .map_err(|e| tracing::warn!(key = k.key, error = %e, "a delegated list's link does not read"))
+            .ok()?;
+        // Its counts, if the index has them already, after it.
+        let counts = links.named(&linked.list).and_then(|s| counts_of(&s));
+        let link = Link {
+            parent: linked.parent,
+            task: linked.task,
+            agent: linked.agent,
+            list: linked.list,
+        };
+        Some(std::iter::once(Input::Links(vec![link])).chain(counts).collect())
+    }, to_core.clone()));
     let Access::Tokens(tokens) = &*access else {
         return;
     };
     let tokens = tokens.clone();
-    let c = cluster.clone();
-    cluster.spawn(keep_watching(c, "tokens", move |k: Keyed| {
-        let (Some(sha), Some(value)) = (token_sha256(&k.key), k.value) else {
-            return;
-        };
-        match serde_json::from_slice::<Made>(&value) {
-            Ok(m) => tokens.add_made(sha, delegated_identity(&m.agent, &m.list)),
-            Err(e) => tracing::warn!(error = %e, "a made token in the cluster does not read"),
-        }
-    }));
+    cluster.spawn(keep_watching(
+        cluster.clone(),
+        Bucket::Tokens,
+        move |k: Keyed| {
+            let (Some(sha), Some(value)) = (token_sha256(&k.key), k.value) else {
+                return None;
+            };
+            match serde_json::from_slice::<Made>(&value) {
+                Ok(m) => tokens.add_made(sha, delegated_identity(&m.agent, &m.list)),
+                Err(e) => tracing::warn!(error = %e, "a made token in the cluster does not read"),
+            }
+            None
+        },
+        to_core,
+    ));
 }
 
-async fn keep_watching(cluster: Cluster, what: &'static str, mut each: impl FnMut(Keyed)) {
+/// What the core hears of a list's summary: its task counts.
+fn counts_of(s: &ListSummary) -> Option<Input> {
+    let doc = s.document.parse::<DocumentId>().ok()?;
+    Some(Input::SubListCounts(doc, s.tasks))
+}
+
+/// Watches `bucket` until the hub stops: `each` takes every key written, and what it
+/// returns goes to the core.
+async fn keep_watching(
+    cluster: Cluster,
+    bucket: Bucket,
+    mut each: impl FnMut(Keyed) -> Option<Vec<Input>>,
+    to_hub: mpsc::WeakSender<ToHub>,
+) {
     loop {
-        let watched: Result<Watched, _> = match what {
-            "lists" => cluster.watch_lists().await,
-            _ => cluster.watch_tokens().await,
-        };
-        match watched {
+        match cluster.watch(bucket).await {
             Ok(mut w) => {
                 while let Some(k) = w.next().await {
-                    match k {
-                        Ok(k) => each(k),
+                    let k = match k {
+                        Ok(k) => k,
                         Err(e) => {
-                            tracing::info!(what, error = %e, "the cluster's directory: watched again");
+                            tracing::info!(bucket = bucket.name(), error = %e, "the cluster's directory: watched again");
                             break;
+                        }
+                    };
+                    for input in each(k).unwrap_or_default() {
+                        let Some(to_hub) = to_hub.upgrade() else {
+                            return;
+                        };
+                        if to_hub.send(ToHub::Input(input)).await.is_err() {
+                            return;
                         }
                     }
                 }
             }
             Err(e) => {
-                tracing::info!(what, error = %e, "the cluster's directory cannot be watched yet")
+                tracing::info!(bucket = bucket.name(), error = %e, "the cluster's directory cannot be watched yet")
             }
         }
         tokio::time::sleep(FOLLOW_RETRY).await;

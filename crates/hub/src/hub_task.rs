@@ -537,8 +537,12 @@ impl Io for Relay {
                 for doc in docs {
                     side.roll_up_if_due(doc, &self.store).await;
                 }
-                // The summaries stored go to the cluster's index of lists too.
+                // The summaries stored go to the cluster's index of lists too, and a
+                // delegated task's list's link to every hub.
                 for c in &kept {
+                    if let Some(link) = &c.link {
+                        crate::directory::share_link(side.cluster(), c.doc, link).await;
+                    }
                     if let Some(summary) = &c.summary {
                         crate::directory::index_list(side.cluster(), c.doc, summary).await;
                     }

@@ -105,14 +105,10 @@ pub async fn run(
         }
     }
     let access = Arc::new(access);
-    // In a cluster: the index of every list and the tokens every hub made, watched.
-    let directory = cluster.as_ref().map(|cluster| {
-        let index = crate::directory::ListIndex::default();
-        crate::directory::watch(cluster, index.clone(), access.clone());
-        crate::http::Directory {
-            cluster: cluster.clone(),
-            index,
-        }
+    // In a cluster: the index of every list (watched once the hub task runs).
+    let directory = cluster.as_ref().map(|cluster| crate::http::Directory {
+        cluster: cluster.clone(),
+        index: crate::directory::ListIndex::default(),
     });
     let limits = Arc::new(limits);
     let per_address: Counts<std::net::IpAddr> = Counts::default();
@@ -138,6 +134,16 @@ pub async fn run(
         metrics.clone(),
         cluster,
     ));
+    // The cluster's directory: the index, the tokens every hub made, links and counts
+    // for the hub task.
+    if let Some(d) = &directory {
+        crate::directory::watch(
+            &d.cluster,
+            d.index.clone(),
+            access.clone(),
+            to_hub.downgrade(),
+        );
+    }
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut next_conn = 0u64;
     tokio::pin!(shutdown);

@@ -69,6 +69,30 @@ impl HubCore {
         self.links.get(doc)
     }
 
+    /// In a cluster: sub-list `doc` has `counts` now, as the cluster's index says: it
+    /// rolls up at the end of the batch (into its parent only if the parent is in memory
+    /// here, when the sub-list is not).
+    pub(super) fn sub_list_counted(&mut self, doc: DocumentId, counts: TaskCounts) {
+        if self.links.contains_key(&doc) {
+            self.sub_counts.insert(doc, counts);
+            self.rollups_due.insert(doc);
+        }
+    }
+
+    /// List `parent` was loaded here: its sub-lists held elsewhere, as the cluster's
+    /// index last counted them, roll up into it at the end of the batch.
+    pub(super) fn parent_loaded(&mut self, parent: DocumentId) {
+        for sub in self.sub_counts.keys() {
+            let is_child = self
+                .links
+                .get(sub)
+                .is_some_and(|l| super::list_id(&l.parent).is_ok_and(|p| p == parent));
+            if is_child {
+                self.rollups_due.insert(*sub);
+            }
+        }
+    }
+
     /// A sub-list changed (or was loaded): roll it up at the end of the batch.
     pub(super) fn sub_list_touched(&mut self, doc: DocumentId) {
         if self.links.contains_key(&doc) {
@@ -245,10 +269,25 @@ impl HubCore {
     /// task's gets a roll-up call on its parent (loaded first if it must be).
     pub(super) fn roll_up_due(&mut self, now_ms: i64, fx: &mut Effects) {
         for sub in std::mem::take(&mut self.rollups_due) {
-            let (Some(link), Some(doc)) = (self.links.get(&sub), self.docs.get(&sub)) else {
+            let Some(link) = self.links.get(&sub) else {
                 continue;
             };
-            let Some(status) = rolled_status(&doc.list.counts()) else {
+            // In memory here, its own counts (its parent loaded if it must be); held
+            // elsewhere, the index's, into a parent held here only (whichever hub holds
+            // the parent rolls it up: no other takes the parent for it).
+            let counts = match self.docs.get(&sub) {
+                Some(doc) => doc.list.counts(),
+                None => match self.sub_counts.get(&sub) {
+                    Some(c)
+                        if super::list_id(&link.parent)
+                            .is_ok_and(|p| self.docs.contains_key(&p)) =>
+                    {
+                        *c
+                    }
+                    _ => continue,
+                },
+            };
+            let Some(status) = rolled_status(&counts) else {
                 continue;
             };
             let (parent, task, list) = (link.parent.clone(), link.task.clone(), link.list.clone());

@@ -57,8 +57,10 @@ impl HubCore {
         }
         self.calls_loaded(now_ms, id, &mut fx);
         self.found_empty = None;
-        // A sub-list loaded again rolls up again (its parent may have missed the last).
+        // A sub-list loaded again rolls up again (its parent may have missed the last);
+        // a parent loaded here takes what its sub-lists held elsewhere roll up to.
         self.sub_list_touched(id);
+        self.parent_loaded(id);
         self.roll_up_due(now_ms, &mut fx);
         self.check_presence(now_ms, &mut fx);
         self.flush_summaries(now_ms, false, &mut fx);

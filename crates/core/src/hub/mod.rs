@@ -49,7 +49,7 @@ use crate::authority::{Authority, Policy, Roles};
 use crate::model::sync::SentIndex;
 use crate::model::TodoList;
 use crate::proto::wire::{DocumentId, PeerId};
-use crate::proto::EventBody;
+use crate::proto::{EventBody, TaskCounts};
 use crate::syncmsg;
 
 /// The agent id the hub's repairs are recorded under.
@@ -111,6 +111,13 @@ pub enum Input {
     /// Nothing else waits: what a busy moment deferred (news, events) goes out now. The
     /// runtime sends it when its queue runs dry while [`HubCore::deferred`] holds.
     Tick,
+    /// In a cluster: links of sub-lists other hubs made (the cluster's directory), so
+    /// that this hub rolls them up when it holds them or their parents.
+    Links(Vec<Link>),
+    /// In a cluster: sub-list `.0`, wherever it is held, has these task counts now (the
+    /// cluster's index of lists says): its task rolls up into its parent when this hub
+    /// holds the parent. A list without a link is passed over.
+    SubListCounts(DocumentId, TaskCounts),
     /// A call of the JSON API on the list called `list`.
     Call {
         /// The runtime's number for it (its answer carries it).
@@ -447,6 +454,10 @@ pub struct HubCore {
     links: BTreeMap<DocumentId, Link>,
     /// Sub-lists to roll up at the end of the batch.
     rollups_due: BTreeSet<DocumentId>,
+    /// In a cluster: the task counts of sub-lists as the cluster's index last said them
+    /// ([`Input::SubListCounts`]; only of lists with a link), rolled up into a parent held
+    /// here when the sub-list is held elsewhere.
+    sub_counts: BTreeMap<DocumentId, TaskCounts>,
     /// Roll-up calls made so far (their ids).
     internal_calls: u64,
     /// When the sync window of a list written to lately may go: no change for
@@ -483,6 +494,7 @@ impl HubCore {
             summaries_due: BTreeSet::new(),
             links: BTreeMap::new(),
             rollups_due: BTreeSet::new(),
+            sub_counts: BTreeMap::new(),
             internal_calls: 0,
         }
     }
@@ -714,6 +726,8 @@ impl HubCore {
             Input::Disconnected(c) => self.drop_conn(c),
             Input::Frame(c, bytes) => self.frame(now_ms, c, &bytes, fx),
             Input::Tick => {}
+            Input::Links(links) => self.set_links(links),
+            Input::SubListCounts(doc, counts) => self.sub_list_counted(doc, counts),
             Input::Call {
                 id,
                 caller,
