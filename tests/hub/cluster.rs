@@ -447,6 +447,41 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
         .await
         .unwrap();
 
+    // A reader of the list's event stream at one hub after another: when its hub dies
+    // it resumes at the next from the last event it got (`?from=`).
+    let urls: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(
+        hubs.iter().flatten().map(|h| h.url.clone()).collect(),
+    ));
+    let streamed: Arc<Mutex<Vec<swarmtodo::proto::Event>>> = Arc::default();
+    let reading = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let reader = {
+        let (urls, streamed, reading) = (urls.clone(), streamed.clone(), reading.clone());
+        tokio::spawn(async move {
+            use swarmtodo::client::http::StreamItem;
+            let mut next = 0;
+            let mut resumed = 0usize;
+            while reading.load(std::sync::atomic::Ordering::SeqCst) {
+                let url = {
+                    let urls = urls.lock().unwrap();
+                    urls[next % urls.len()].clone()
+                };
+                next += 1;
+                let from = streamed.lock().unwrap().last().map_or(0, |e| e.seq);
+                let Ok(api) = Api::new(&url) else { continue };
+                let _ = api
+                    .events("plan", from, Some(Duration::from_secs(2)), |item| {
+                        if let StreamItem::Event(e) = item {
+                            streamed.lock().unwrap().push(*e);
+                        }
+                        reading.load(std::sync::atomic::Ordering::SeqCst)
+                    })
+                    .await;
+                resumed += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            resumed
+        })
+    };
     // Each acknowledged write and when it was sent.
     let acked: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let mut takeovers = Vec::new();
@@ -509,7 +544,9 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
         takeovers.push(killed.elapsed());
         let (now, _) = observer.holder(doc).await.unwrap().expect("a holder");
         assert_ne!(now, holder, "cycle {cycle}: taken over by another hub");
-        hubs[h] = Some(hub_in(&nats, &dir, ids3[h]));
+        let restarted = hub_in(&nats, &dir, ids3[h]);
+        urls.lock().unwrap()[h] = restarted.url.clone();
+        hubs[h] = Some(restarted);
         tokio::time::sleep(Duration::from_millis(200)).await;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         for w in writers {
@@ -533,6 +570,24 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
     }
     auditing.store(false, std::sync::atomic::Ordering::SeqCst);
     let audit = auditor.await.unwrap();
+    // The reader got every event of the list once, in order, as the log numbers them,
+    // resuming at whichever hub was up.
+    let logged = observer.events(doc).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while streamed.lock().unwrap().last().map_or(0, |e| e.seq) < logged.len() as u64 {
+        assert!(Instant::now() < deadline, "the reader never caught up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    reading.store(false, std::sync::atomic::Ordering::SeqCst);
+    let resumed = reader.await.unwrap();
+    let streamed = std::mem::take(&mut *streamed.lock().unwrap());
+    let got: Vec<(u64, &str)> = streamed
+        .iter()
+        .take(logged.len())
+        .map(|e| (e.seq, swarmtodo::store::persist::kind(&e.body)))
+        .collect();
+    let want_events: Vec<(u64, &str)> = logged.iter().map(|e| (e.seq, e.kind.as_str())).collect();
+    assert_eq!(got, want_events, "every event once, in order, as logged");
     let tenth = (cycles / 10).max(1);
     let (first, last) = (
         takeovers[..tenth].to_vec(),
@@ -543,9 +598,11 @@ async fn the_authority_killed_again_and_again_loses_no_write_acknowledged_at_the
         t[t.len() / 2]
     };
     eprintln!(
-        "{cycles} kills: {} writes acknowledged at the other hubs, all kept; {} fences and {} \
+        "{cycles} kills: {} writes acknowledged at the other hubs, all kept; {} events read \
+         once each by a reader resuming at another hub {resumed} times; {} fences and {} \
          snapshots seen in the log as it grew; takeover p50 {:?} (first tenth {:?}, last tenth {:?}), max {:?}",
         want.len(),
+        logged.len(),
         audit.fences,
         audit.snapshots,
         p50(takeovers.clone()),
