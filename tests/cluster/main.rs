@@ -1338,3 +1338,69 @@ async fn a_hub_that_does_not_hold_a_list_follows_its_events_from_the_log_each_on
     assert!(c.document(DocId([62; 16])).await.unwrap().is_none());
     assert!(c.events(DocId([62; 16])).await.unwrap().is_empty());
 }
+
+/// Parts a holder wrote for a snapshot whose rollup never landed (it lost the list
+/// between them) are swept by the next holder; the parts the last snapshot names stay.
+#[tokio::test]
+async fn snapshot_parts_no_rollup_names_are_swept_by_the_next_holder() {
+    use futures_util::StreamExt;
+
+    let nats = NatsServer::start("rollup-sweep");
+    let a = hub(&nats, "hub-a").await;
+    let doc = DocId([63; 16]);
+    let mut t = a.take(doc).await.unwrap();
+    t.caught_up(&a.read(doc, 0).await.unwrap().records);
+    let mut w = Written::new();
+    for k in 0..2 {
+        a.append(&mut t, &w.commit(k, 600_000)).await.unwrap();
+    }
+    roll_up(&a, &mut t, &w.snapshot()).await.unwrap();
+    let named = a.read(doc, 0).await.unwrap().records[0]
+        .parts
+        .clone()
+        .expect("kept in parts");
+    // hub-a writes the parts of its next snapshot, then pauses past its lease: no rollup.
+    a.append(&mut t, &w.commit(2, 600_000)).await.unwrap();
+    let at = t.begin_snapshot();
+    let _kept = a.keep_snapshot(at, &w.snapshot()).await.unwrap();
+
+    let raw = async_nats::connect(&nats.url).await.unwrap();
+    let log = async_nats::jetstream::new(raw)
+        .get_stream(swarmtodo_cluster::LOG_STREAM)
+        .await
+        .unwrap();
+    let parts = || {
+        let log = log.clone();
+        async move {
+            let mut subjects: Vec<String> = log
+                .info_with_subjects(format!(
+                    "{}{doc}.>",
+                    swarmtodo_cluster::SNAPSHOT_SUBJECT_PREFIX
+                ))
+                .await
+                .unwrap()
+                .map(|s| s.unwrap().0)
+                .collect()
+                .await;
+            subjects.sort();
+            subjects
+        }
+    };
+    let before = parts().await;
+    assert_eq!(before.len(), 2, "{before:?}");
+    assert!(before.contains(&named));
+
+    let b = hub(&nats, "hub-b").await;
+    let (mut tb, _) = take_when_free(&b, doc).await;
+    tb.caught_up(&b.read(doc, 0).await.unwrap().records);
+    assert_eq!(tb.snapshot_parts(), Some(named.as_str()));
+    let swept = b
+        .sweep_snapshot_parts(doc, tb.snapshot_parts())
+        .await
+        .unwrap();
+    assert_eq!(swept, 1);
+    assert_eq!(parts().await, vec![named]);
+    // The list reads whole.
+    let read = b.read(doc, 0).await.unwrap();
+    assert!(matches!(read.records[0].entry, Entry::Snapshot(_)));
+}

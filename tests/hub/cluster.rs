@@ -300,6 +300,10 @@ async fn a_list_that_leaves_memory_is_given_back_at_once() {
     let id = doc_id(&doc);
     let holder = observer.holder(id).await.unwrap().map(|(h, _)| h);
     assert_eq!(holder.as_deref(), Some("hub-a"));
+    // hub-b forwards a read to hub-a, and remembers hub-a holds the list (for a third
+    // of a lease).
+    assert_eq!(lead(&b).read("synced", None).await.unwrap().tasks.len(), 3);
+    assert_eq!(forwarded(&b).await, 1);
     // The only peer leaves: the list leaves hub-a's memory, and its lease goes back.
     c.close().await.unwrap();
     let started = Instant::now();
@@ -311,8 +315,14 @@ async fn a_list_that_leaves_memory_is_given_back_at_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let given_back = started.elapsed();
-    let (snapshot, _) = read_when_held(&b, "synced").await;
+    // A read at hub-b goes to hub-a, which it still takes for the holder; hub-a holds
+    // nothing and decides nothing, and hub-b decides the read itself, once, taking the
+    // list.
+    let snapshot = lead(&b).read("synced", None).await.unwrap();
     assert_eq!(snapshot.tasks.len(), 3, "given back after {given_back:?}");
+    assert_eq!(forwarded(&b).await, 2, "sent to hub-a first");
+    let holder = observer.holder(id).await.unwrap().map(|(h, _)| h);
+    assert_eq!(holder.as_deref(), Some("hub-b"));
     drop(a);
 }
 

@@ -341,3 +341,44 @@ impl SessionMessages {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+
+    use super::*;
+
+    fn part(i: usize, n: usize, payload: &[u8]) -> Message {
+        let mut headers = HeaderMap::new();
+        headers.insert(PART, format!("{i}/{n}").as_str());
+        Message {
+            subject: Subject::from("swarmtodo.call.hub-a"),
+            reply: None,
+            payload: Bytes::copy_from_slice(payload),
+            headers: Some(headers),
+            status: None,
+            description: None,
+            length: payload.len(),
+        }
+    }
+
+    #[test]
+    fn past_forwards_partial_max_half_received_one_more_is_dropped_until_one_ends() {
+        let mut wholes = Wholes::default();
+        for k in 0..FORWARDS_PARTIAL_MAX {
+            assert_eq!(wholes.take(&format!("inbox-{k}"), &part(1, 2, b"ab")), None);
+        }
+        // Full: another message is dropped, even one in a single part.
+        assert_eq!(wholes.take("late", &part(1, 1, b"x")), None);
+        assert_eq!(wholes.partial.len(), FORWARDS_PARTIAL_MAX);
+        // One of those half received ends; then a new one goes through.
+        assert_eq!(
+            wholes.take("inbox-3", &part(2, 2, b"cd")),
+            Some(b"abcd".to_vec())
+        );
+        assert_eq!(wholes.take("late", &part(1, 1, b"x")), Some(b"x".to_vec()));
+        // A part out of order drops its message.
+        assert_eq!(wholes.take("inbox-4", &part(1, 2, b"ab")), None);
+        assert!(!wholes.partial.contains_key("inbox-4"));
+    }
+}

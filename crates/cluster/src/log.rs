@@ -263,6 +263,36 @@ impl Log {
         rolled
     }
 
+    /// Deletes the snapshot parts of list `doc` on every subject but `keep` (the parts the
+    /// last snapshot names): parts whose rollup never landed, their writer gone between
+    /// the parts and the rollup. Called after a fence, which refuses any rollup of a
+    /// former holder. How many subjects were purged.
+    pub(crate) async fn sweep_parts(
+        &self,
+        doc: DocId,
+        keep: Option<&str>,
+    ) -> Result<usize, ClusterError> {
+        let failed = |e: String| {
+            ClusterError::JetStream(format!("listing the snapshot parts of {doc}: {e}"))
+        };
+        let mut subjects = self
+            .stream
+            .info_with_subjects(format!("{SNAPSHOT_SUBJECT_PREFIX}{doc}.>"))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let mut orphans = Vec::new();
+        while let Some(subject) = subjects.next().await {
+            let (subject, _) = subject.map_err(|e| failed(e.to_string()))?;
+            if Some(subject.as_str()) != keep {
+                orphans.push(subject);
+            }
+        }
+        for subject in &orphans {
+            self.forget_parts(subject).await;
+        }
+        Ok(orphans.len())
+    }
+
     /// Deletes the parts of a snapshot that no rollup names any more.
     pub(crate) async fn forget_parts(&self, subject: &str) {
         if let Err(e) = self.stream.purge().filter(subject).await {

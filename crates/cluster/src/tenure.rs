@@ -105,6 +105,12 @@ impl Tenure {
         self.parts = records.get(from).and_then(|r| r.parts.clone());
     }
 
+    /// The subject keeping the list's last snapshot in parts, if it is kept so (known
+    /// once the log was read, [`Tenure::caught_up`]).
+    pub fn snapshot_parts(&self) -> Option<&str> {
+        self.parts.as_deref()
+    }
+
     /// How many events the log holds up to [`Tenure::last`], if known
     /// ([`Tenure::caught_up`]).
     pub fn events(&self) -> Option<u64> {
@@ -181,6 +187,18 @@ impl Cluster {
         }
         let _ = self.leases.release(&lease).await;
         Err(ClusterError::LeaseLost { doc })
+    }
+
+    /// Deletes the snapshot parts of list `doc` that no rollup names: all but `keep`,
+    /// its last snapshot's ([`Tenure::snapshot_parts`]; a writer that died between the
+    /// parts and the rollup left the others). For a holder of the list: after its fence
+    /// no former holder's rollup can name others. How many subjects of parts went.
+    pub async fn sweep_snapshot_parts(
+        &self,
+        doc: DocId,
+        keep: Option<&str>,
+    ) -> Result<usize, ClusterError> {
+        self.log.sweep_parts(doc, keep).await
     }
 
     /// Appends a commit as the list's authority; the sequence of its last record.

@@ -31,7 +31,33 @@ pub(crate) struct ClusterSide {
     terms: Arc<Mutex<BTreeMap<DocumentId, Term>>>,
     /// Lists another hub was found holding, and when: taken as still held for a third
     /// of a lease, so that calls and peers going there do not each try the lease first.
-    holders: Arc<Mutex<BTreeMap<DocumentId, (String, Instant)>>>,
+    holders: Arc<Mutex<Holders>>,
+}
+
+/// Lists another hub was found holding, and when; at most [`HOLDERS_KNOWN_MAX`] (past it
+/// the memory starts over).
+#[derive(Debug, Default)]
+struct Holders(BTreeMap<DocumentId, (String, Instant)>);
+
+impl Holders {
+    /// The hub found holding `doc` less than `fresh` ago.
+    fn get(&self, doc: &DocumentId, fresh: std::time::Duration) -> Option<String> {
+        self.0
+            .get(doc)
+            .filter(|(_, at)| at.elapsed() < fresh)
+            .map(|(h, _)| h.clone())
+    }
+
+    fn remember(&mut self, doc: DocumentId, holder: &str) {
+        if self.0.len() >= HOLDERS_KNOWN_MAX && !self.0.contains_key(&doc) {
+            self.0.clear();
+        }
+        self.0.insert(doc, (holder.to_owned(), Instant::now()));
+    }
+
+    fn forget(&mut self, doc: &DocumentId) {
+        self.0.remove(doc);
+    }
 }
 
 impl ClusterSide {
@@ -140,6 +166,7 @@ impl ClusterSide {
             Ok(r) => {
                 let ms = started.elapsed().as_millis() as u64;
                 tracing::info!(%doc, lease, commits = r.commits, events = r.events, ms, "list taken; its log replayed into the store");
+                self.sweep_in_background(doc);
                 Ok(r)
             }
             Err(e) => {
@@ -230,29 +257,42 @@ impl ClusterSide {
         }
     }
 
+    /// Deletes, off the way of everything else, the snapshot parts of list `doc` (just
+    /// taken) that its last snapshot does not name.
+    fn sweep_in_background(&self, doc: DocumentId) {
+        let Some(term) = self.term(&doc) else {
+            return;
+        };
+        let cluster = self.cluster.clone();
+        self.cluster.spawn(async move {
+            let keep = term.lock().await.snapshot_parts().map(str::to_owned);
+            match cluster
+                .sweep_snapshot_parts(doc_id(&doc), keep.as_deref())
+                .await
+            {
+                Ok(0) => {}
+                Ok(swept) => tracing::info!(%doc, swept, "snapshot parts no rollup names purged"),
+                Err(e) => tracing::info!(%doc, error = %e, "snapshot parts not swept"),
+            }
+        });
+    }
+
     /// The hub found holding list `doc` less than a third of a lease ago.
     fn known_holder(&self, doc: &DocumentId) -> Option<String> {
         let fresh = self.cluster.lease_ttl() / 3;
-        let holders = self.holders.lock().ok()?;
-        holders
-            .get(doc)
-            .filter(|(_, at)| at.elapsed() < fresh)
-            .map(|(h, _)| h.clone())
+        self.holders.lock().ok()?.get(doc, fresh)
     }
 
     fn remember_holder(&self, doc: DocumentId, holder: &str) {
         if let Ok(mut holders) = self.holders.lock() {
-            if holders.len() >= HOLDERS_KNOWN_MAX {
-                holders.clear();
-            }
-            holders.insert(doc, (holder.to_owned(), Instant::now()));
+            holders.remember(doc, holder);
         }
     }
 
     /// Forgets who holds list `doc` (a call forwarded there got no answer).
     pub(crate) fn forget_holder(&self, doc: &DocumentId) {
         if let Ok(mut holders) = self.holders.lock() {
-            holders.remove(doc);
+            holders.forget(doc);
         }
     }
 
@@ -377,4 +417,37 @@ async fn snapshot_of(store: &Store, doc: DocumentId) -> Result<Snapshot, Cluster
 
 fn lost_why(e: &ClusterError) -> String {
     format!("{} ({})", e, e.code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holders_known_start_over_past_holders_known_max() {
+        let doc = |i: usize| swarmtodo_core::hub::list_id(&format!("list-{i}")).ok();
+        let fresh = std::time::Duration::from_secs(60);
+        let mut holders = Holders::default();
+        for i in 0..HOLDERS_KNOWN_MAX {
+            holders.remember(doc(i).unwrap(), "hub-a");
+        }
+        assert_eq!(holders.0.len(), HOLDERS_KNOWN_MAX);
+        // Told again of one it knows: nothing is forgotten.
+        holders.remember(doc(0).unwrap(), "hub-b");
+        assert_eq!(
+            holders.get(&doc(0).unwrap(), fresh).as_deref(),
+            Some("hub-b")
+        );
+        assert_eq!(holders.0.len(), HOLDERS_KNOWN_MAX);
+        // One more: the memory starts over with it.
+        holders.remember(doc(HOLDERS_KNOWN_MAX).unwrap(), "hub-c");
+        assert_eq!(holders.0.len(), 1);
+        assert_eq!(holders.get(&doc(1).unwrap(), fresh), None);
+        let last = doc(HOLDERS_KNOWN_MAX).unwrap();
+        assert_eq!(holders.get(&last, fresh).as_deref(), Some("hub-c"));
+        // Not fresh any more, then forgotten.
+        assert_eq!(holders.get(&last, std::time::Duration::ZERO), None);
+        holders.forget(&last);
+        assert!(holders.0.is_empty());
+    }
 }
