@@ -1068,6 +1068,10 @@ async fn a_snapshot_rolls_the_log_up_and_a_hub_replays_it_into_the_same_list() {
     let mut db_b = Db::open(dir.join("b.db")).unwrap();
     let r = replay_into(&mut db_b, doc, "plan", &read.records).unwrap();
     assert_eq!((r.changes, r.events), (23, 23));
+    // The snapshot's document is its store's snapshot now: only the three commits after
+    // it stay loose.
+    assert!(r.compacted);
+    assert_eq!(db_b.load(doc).unwrap().unwrap().changes.len(), 3);
     let loaded = db_b.load(doc).unwrap().unwrap().rebuild().unwrap();
     assert_eq!(loaded.get_heads(), w.doc.get_heads());
     let events = db_b.events_since(doc, 0, 100).unwrap();

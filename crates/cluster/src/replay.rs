@@ -10,7 +10,9 @@
 //!
 //! A log rolled up starts with a snapshot, which carries every event and key of the
 //! list and its document: the document's changes are added only when the store lacks
-//! one of its heads (a store that took part in the list's history has them).
+//! one of its heads (a store that took part in the list's history has them), and the
+//! document then replaces the store's snapshot, as a compaction does: the list loads
+//! from it, not from every change the store lacked.
 
 use std::borrow::Cow;
 
@@ -29,6 +31,9 @@ pub struct Replayed {
     pub changes: usize,
     /// Events new to the store.
     pub events: usize,
+    /// The store's snapshot of the list was replaced by the log's (the store lacked its
+    /// heads): a load of the list rebuilds from it, not from every change it lacked.
+    pub compacted: bool,
 }
 
 /// Replays `records` — list `doc`'s log from its start or a snapshot, in order; what
@@ -66,10 +71,18 @@ pub fn replay_into(
     }
     let mut seen: u64 = 0;
     let mut rests = Vec::new();
+    // The log's snapshot whose document the store lacks becomes the store's snapshot.
+    let mut compact_to = None;
     for r in records {
         let batch = match &r.entry {
             Entry::Commit(b) => Cow::Borrowed(b),
-            Entry::Snapshot(s) => Cow::Owned(as_batch(db, doc, known, s, r.seq)?),
+            Entry::Snapshot(s) => {
+                let batch = as_batch(db, doc, known, s, r.seq)?;
+                if batch.changes.len() > s.batch.changes.len() {
+                    compact_to = Some(s);
+                }
+                Cow::Owned(batch)
+            }
             Entry::Fence => continue,
         };
         let held = stored_events
@@ -101,6 +114,18 @@ pub fn replay_into(
         }
         out.changes += commit.changes_added;
         out.events += commit.seqs.len();
+    }
+    // Every change of the log's document is stored now: its save replaces them, as a
+    // compaction does, so that loading the list does not apply them one by one. (When
+    // it cannot — past a store limit — the changes stay, and the list loads all the
+    // same.)
+    if let Some(s) = compact_to {
+        match db.compact(doc, &s.document, &s.heads) {
+            Ok(_) => out.compacted = true,
+            Err(e) => {
+                tracing::info!(%doc, error = %e, "the log's snapshot did not replace the store's")
+            }
+        }
     }
     Ok(out)
 }
