@@ -47,6 +47,15 @@ struct Linked {
     list: String,
 }
 
+/// A hub of a cluster's part of the cluster's directory, as its JSON API uses it.
+#[derive(Debug, Clone)]
+pub(crate) struct Directory {
+    /// The cluster, where made tokens are shared.
+    pub(crate) cluster: Cluster,
+    /// The index of every list of the cluster.
+    pub(crate) index: ListIndex,
+}
+
 /// The index of the cluster's lists, as this hub last heard it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ListIndex {

@@ -58,21 +58,12 @@ pub(crate) struct Api {
     /// Where event streams and task histories read a list's past.
     pub(crate) past: crate::past::Past,
     /// In a cluster: the index of every list, and where made tokens are shared.
-    pub(crate) directory: Option<Directory>,
+    pub(crate) directory: Option<crate::directory::Directory>,
     /// What `/metrics` shows.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// Turns for history reads, shared by every connection (see
     /// [`HISTORY_READS_MAX`](crate::limits::HISTORY_READS_MAX)).
     pub(crate) history_reads: Arc<tokio::sync::Semaphore>,
-}
-
-/// A hub of a cluster's part of the cluster's directory (`directory.rs`).
-#[derive(Debug, Clone)]
-pub(crate) struct Directory {
-    /// The cluster, where made tokens are shared.
-    pub(crate) cluster: swarmtodo_cluster::Cluster,
-    /// The index of every list of the cluster.
-    pub(crate) index: crate::directory::ListIndex,
 }
 
 /// A response body: JSON, or an event stream.

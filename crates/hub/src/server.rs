@@ -106,7 +106,7 @@ pub async fn run(
     }
     let access = Arc::new(access);
     // In a cluster: the index of every list (watched once the hub task runs).
-    let directory = cluster.as_ref().map(|cluster| crate::http::Directory {
+    let directory = cluster.as_ref().map(|cluster| crate::directory::Directory {
         cluster: cluster.clone(),
         index: crate::directory::ListIndex::default(),
     });
