@@ -23,8 +23,6 @@ use http_body_util::StreamBody;
 use hyper::body::{Bytes, Frame};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::limits::{STREAM_BUFFERED_MAX, STREAM_KEEPALIVE, STREAM_PAGE_MAX};
-
 use swarmtodo_cluster::limits::FOLLOW_RETRY;
 use swarmtodo_cluster::Cluster;
 use swarmtodo_core::hub::{Commit, Stored};
@@ -32,6 +30,7 @@ use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{Event, Snapshot};
 use swarmtodo_store::persist;
 
+use crate::limits::{STREAM_BUFFERED_MAX, STREAM_KEEPALIVE, STREAM_PAGE_MAX};
 use crate::past::Past;
 
 /// One event as a stream carries it: its `seq` and its SSE message (made once for every
