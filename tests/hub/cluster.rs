@@ -259,19 +259,25 @@ async fn sync_peers_at_any_hub_are_judged_by_the_authority_and_see_only_its_repa
     drop((b, c));
 }
 
+/// At `hub`: list "plan" with task t1, delegated to "sub" as list "plan-t1", which has
+/// task s1.
+async fn delegated_plan(hub: &HubProc) {
+    lead(hub).create("plan").await.unwrap();
+    lead(hub).write("plan", &upsert("t1")).await.unwrap();
+    lead(hub)
+        .delegate("plan", "t1", "sub", Some("plan-t1"))
+        .await
+        .unwrap();
+    lead(hub).write("plan-t1", &upsert("s1")).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delegated_task_s_new_list_is_taken_by_the_hub_that_makes_it() {
     let nats = NatsServer::start("hubs-delegate");
     let dir = scratch("cluster-delegate");
     let a = hub_in(&nats, &dir, "hub-a");
     let b = hub_in(&nats, &dir, "hub-b");
-    lead(&a).create("plan").await.unwrap();
-    lead(&a).write("plan", &upsert("t1")).await.unwrap();
-    lead(&a)
-        .delegate("plan", "t1", "sub", Some("plan-t1"))
-        .await
-        .unwrap();
-    lead(&a).write("plan-t1", &upsert("s1")).await.unwrap();
+    delegated_plan(&a).await;
     assert_eq!(ids(&lead(&a).read("plan-t1", None).await.unwrap()), ["s1"]);
     // hub-a holds the new list too: hub-b forwards a read of it.
     assert_eq!(ids(&lead(&b).read("plan-t1", None).await.unwrap()), ["s1"]);
@@ -978,13 +984,7 @@ async fn a_delegated_task_rolls_up_when_its_list_and_its_parent_are_held_by_diff
     let a = hub_in(&nats, &dir, "hub-a");
     let b = hub_in(&nats, &dir, "hub-b");
     let c = hub_in(&nats, &dir, "hub-c");
-    lead(&a).create("plan").await.unwrap();
-    lead(&a).write("plan", &upsert("t1")).await.unwrap();
-    lead(&a)
-        .delegate("plan", "t1", "sub", Some("plan-t1"))
-        .await
-        .unwrap();
-    lead(&a).write("plan-t1", &upsert("s1")).await.unwrap();
+    delegated_plan(&a).await;
     // hub-a, which made both lists and held both, dies: hub-c takes the parent, hub-b
     // the task's list.
     a.kill9();

@@ -120,16 +120,15 @@ impl Cluster {
     /// Follows list `doc`'s log from its start: [`Follow::next`] gives every event of the
     /// list in order, each once, numbered as every hub numbers them.
     pub async fn follow(&self, doc: DocId) -> Result<Follow, ClusterError> {
-        let mut follow = Follow {
+        // Rung for every record stored from now on; the first read takes what came before.
+        let doorbell = ring(&self.log, doc).await?;
+        Ok(Follow {
             log: self.log.clone(),
             doc,
             through: 0,
             numbered: 0,
-            doorbell: None,
-        };
-        // Rung for every record stored from now on; the first read takes what came before.
-        follow.doorbell = Some(ring(&follow.log, doc).await?);
-        Ok(follow)
+            doorbell: Some(doorbell),
+        })
     }
 
     /// Every event of list `doc` as its log numbers them now.

@@ -19,6 +19,7 @@ use swarmtodo_store::persist::doc_id;
 use swarmtodo_store::{Batch, ChangeRecord, NewEvent, Store};
 
 use crate::channel::{ToHub, Unavailable};
+use crate::directory::IndexWriter;
 use crate::limits::HOLDERS_KNOWN_MAX;
 
 /// One term as a list's authority, used by one task at a time.
@@ -32,6 +33,8 @@ pub(crate) struct ClusterSide {
     /// Lists another hub was found holding, and when: taken as still held for a third
     /// of a lease, so that calls and peers going there do not each try the lease first.
     holders: Arc<Mutex<Holders>>,
+    /// Writes the summaries of the lists it holds into the cluster's index.
+    index: IndexWriter,
 }
 
 /// Lists another hub was found holding, and when; at most [`HOLDERS_KNOWN_MAX`] (past it
@@ -63,9 +66,10 @@ impl Holders {
 impl ClusterSide {
     pub(crate) fn new(cluster: Cluster) -> ClusterSide {
         ClusterSide {
-            cluster,
             terms: Arc::default(),
             holders: Arc::default(),
+            index: IndexWriter::start(&cluster),
+            cluster,
         }
     }
 
@@ -74,6 +78,12 @@ impl ClusterSide {
     }
 
     /// The cluster.
+    /// The cluster's index of lists, which the summaries of the lists this hub holds go
+    /// to.
+    pub(crate) fn index(&self) -> &IndexWriter {
+        &self.index
+    }
+
     pub(crate) fn cluster(&self) -> &Cluster {
         &self.cluster
     }

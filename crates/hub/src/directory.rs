@@ -121,17 +121,63 @@ fn key(s: &ListSummary) -> String {
     s.name.clone().unwrap_or_else(|| s.document.clone())
 }
 
-/// Writes list `doc`'s summary into the cluster's index (a failure is logged: the
-/// index catches up at the list's next summary).
-pub(crate) async fn index_list(cluster: &Cluster, doc: DocumentId, summary: &Summary) {
-    let entry = ListSummary {
-        name: summary.name.clone(),
-        document: doc.to_string(),
-        version: Some(summary.version.clone()),
-        tasks: summary.tasks,
-    };
-    if let Err(e) = put(cluster, Bucket::Lists, doc, &entry).await {
-        tracing::warn!(%doc, error = e, "the list's summary did not reach the cluster's index");
+/// Writes lists' summaries into the cluster's index off the hub task, so that no commit
+/// waits on NATS for the index: the latest summary of each list waits here (one a list
+/// at most) until a task of the cluster's runtime writes them, one writer at a time, so
+/// a list's summaries land in order. A failure is logged: the index catches up at the
+/// list's next summary.
+#[derive(Debug, Clone)]
+pub(crate) struct IndexWriter {
+    cluster: Cluster,
+    pending: Arc<std::sync::Mutex<BTreeMap<DocumentId, ListSummary>>>,
+    /// Held while summaries are written.
+    writing: Arc<tokio::sync::Mutex<()>>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl IndexWriter {
+    /// A writer for `cluster`'s index, its task started.
+    pub(crate) fn start(cluster: &Cluster) -> IndexWriter {
+        let writer = IndexWriter {
+            cluster: cluster.clone(),
+            pending: Arc::default(),
+            writing: Arc::default(),
+            wake: Arc::default(),
+        };
+        let w = writer.clone();
+        cluster.spawn(async move {
+            loop {
+                w.wake.notified().await;
+                w.drain().await;
+            }
+        });
+        writer
+    }
+
+    /// List `doc`'s summary is `summary` now: it goes to the index soon.
+    pub(crate) fn write(&self, doc: DocumentId, summary: &Summary) {
+        let entry = ListSummary {
+            name: summary.name.clone(),
+            document: doc.to_string(),
+            version: Some(summary.version.clone()),
+            tasks: summary.tasks,
+        };
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(doc, entry);
+        self.wake.notify_one();
+    }
+
+    /// Writes every summary waiting (the hub stopping calls it: none is left behind).
+    pub(crate) async fn drain(&self) {
+        let _turn = self.writing.lock().await;
+        let due = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        for (doc, entry) in due {
+            if let Err(e) = put(&self.cluster, Bucket::Lists, doc, &entry).await {
+                tracing::warn!(%doc, error = e, "the list's summary did not reach the cluster's index");
+            }
+        }
     }
 }
 

@@ -233,6 +233,7 @@ pub(crate) async fn hub_task(
                 let fx = core.flush(now_ms());
                 perform(&mut core, &mut out, fx).await?;
                 if let Some(side) = &out.cluster {
+                    side.index().drain().await;
                     for doc in side.held() {
                         side.release(doc).await;
                     }
@@ -544,7 +545,7 @@ impl Io for Relay {
                         crate::directory::share_link(side.cluster(), c.doc, link).await;
                     }
                     if let Some(summary) = &c.summary {
-                        crate::directory::index_list(side.cluster(), c.doc, summary).await;
+                        side.index().write(c.doc, summary);
                     }
                 }
                 refused
