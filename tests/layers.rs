@@ -103,9 +103,15 @@ fn root() -> PathBuf {
 
 /// `cargo metadata` of the workspace.
 fn metadata() -> Value {
+    metadata_with(&[])
+}
+
+/// `cargo metadata` of the workspace, with more arguments (`--no-default-features`).
+fn metadata_with(args: &[&str]) -> Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args(["metadata", "--format-version", "1"])
+        .args(args)
         .current_dir(root())
         .output()
         .expect("run cargo metadata");
@@ -193,6 +199,24 @@ fn crates_depend_only_downwards() {
     assert!(closure(&id_of("swarmtodo-core"), &names, &edges).contains("automerge"));
     assert!(closure(&id_of("swarmtodo-client"), &names, &edges).contains("tokio"));
     assert!(closure(&id_of("swarmtodo-cluster"), &names, &edges).contains("async-nats"));
+}
+
+/// Built without its default features (`--no-default-features`), the product has no
+/// NATS in it: async-nats comes only with the `nats` feature.
+#[test]
+fn a_build_without_the_nats_feature_has_no_nats_client() {
+    let (names, edges) = graph(&metadata_with(&["--no-default-features"]));
+    let product = names
+        .iter()
+        .find(|(_, n)| n.as_str() == "swarmtodo")
+        .map(|(id, _)| id.clone())
+        .unwrap();
+    let deps = closure(&product, &names, &edges);
+    assert!(deps.contains("swarmtodo-cluster") && deps.contains("tokio"));
+    assert!(
+        !deps.contains("async-nats"),
+        "async-nats without the nats feature"
+    );
 }
 
 #[test]

@@ -226,3 +226,44 @@ fn read_and_events_print_the_markdown_acp_and_codex_projections() {
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A build without the `nats` feature (`cargo build --no-default-features`) refuses
+/// `serve --nats` with a message that says what to do, and serves alone without it.
+/// `.ci/run` runs it in such a build.
+#[cfg(not(feature = "nats"))]
+#[test]
+fn a_hub_built_without_nats_refuses_to_join_a_cluster_and_serves_alone() {
+    let dir = scratch("without-nats");
+    let refused = dies_with_parent(&mut Command::new(env!("CARGO_BIN_EXE_swarmtodo")))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(dir.join("cluster.db"))
+        .args(["--nats", "nats://127.0.0.1:4222", "--hub-id", "hub-a"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(said.contains("built without NATS"), "{said}");
+    assert!(
+        !String::from_utf8_lossy(&refused.stdout).contains("listening"),
+        "{refused:?}"
+    );
+
+    let hub = HubProc::start(&dir.join("hub.db"));
+    let ops = dir.join("ops.json");
+    std::fs::write(
+        &ops,
+        json!([{"op": "upsert", "task": {"id": "t1", "content": "Alone"}}]).to_string(),
+    )
+    .unwrap();
+    let wrote = cli(
+        &hub,
+        "lead",
+        &["write", "board", "--patch", ops.to_str().unwrap()],
+        "",
+    );
+    assert!(wrote.status.success(), "{wrote:?}");
+    let read = cli(&hub, "lead", &["read", "board", "--json"], "");
+    assert!(read.status.success(), "{read:?}");
+    assert!(stdout(&read).contains("\"Alone\""), "{}", stdout(&read));
+}

@@ -10,6 +10,7 @@ mod auth;
 mod bad_input;
 mod board;
 mod cli;
+#[cfg(feature = "nats")]
 mod cluster;
 mod delegation;
 mod e2e;

@@ -111,6 +111,7 @@ fn hub_crash_live_survives_kills_cuts_and_a_slow_reader() {
 
 /// The nats-server `.ci/run` installs (`target/nats-venv`), unless
 /// `SWARMTODO_NATS_SERVER` names one.
+#[cfg(feature = "nats")]
 fn nats_bin() -> PathBuf {
     std::env::var_os("SWARMTODO_NATS_SERVER").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nats-venv/bin/nats-server"),
@@ -122,6 +123,7 @@ fn nats_bin() -> PathBuf {
 /// cut from NATS while agents at every hub write on. Nothing acknowledged is lost, each
 /// injected violation is reported once, every replica converges, and the logs the
 /// checker reads hold every list whole.
+#[cfg(feature = "nats")]
 #[test]
 fn cluster_failover_live_survives_kills_zombies_and_cuts_from_nats() {
     let mut s = brief("cluster-failover");

@@ -1,63 +1,66 @@
 //! Many hubs on one NATS JetStream (docs/DESIGN.md §10): each list's log, and one
 //! authority per list by a fenced lease.
 //!
+//! What a hub does on NATS is in `nats/` (the `nats` cargo feature, on by default);
+//! what it knows and decides without NATS is beside it, so that a build without the
+//! feature keeps the same API ([`Cluster`] then cannot be made: `without_nats.rs`).
+//!
 //! - [`Cluster::connect`] joins a hub to the cluster: the log stream and the lease
 //!   bucket are made on first use, with one copy or three (a three-server NATS cluster
 //!   keeps them by Raft).
-//! - The log (`log.rs`): a subject per list in one stream; a commit — a merge's
-//!   changes, its events and the keys they reported — is one record (in parts past
-//!   the size of a message), so a reader sees all of a commit or none of it. The
-//!   holder rolls the log up into a snapshot of the list now and then, and the records
-//!   before it go.
-//! - The lease (`lease.rs`): a key per list in a bucket whose entries end after the
-//!   lease's time to live unless renewed; its revision is the fencing token.
-//! - The term (`tenure.rs`): taking a list fences its log, and every append names the
-//!   sequence it follows, so a former holder that wakes up is refused by the log itself.
-//! - Forwarding (`forward.rs`): a call that reaches a hub which is not the list's
+//! - The log (`nats/log.rs`; its records, `log.rs` and `record.rs`): a subject per list
+//!   in one stream; a commit — a merge's changes, its events and the keys they
+//!   reported — is one record (in parts past the size of a message), so a reader sees
+//!   all of a commit or none of it. The holder rolls the log up into a snapshot of the
+//!   list now and then, and the records before it go.
+//! - The lease (`nats/lease.rs`; as the holder counts it, `lease.rs`): a key per list in
+//!   a bucket whose entries end after the lease's time to live unless renewed; its
+//!   revision is the fencing token.
+//! - The term (`tenure.rs`, `nats/tenure.rs`): taking a list fences its log, and every
+//!   append names the sequence it follows, so a former holder that wakes up is refused
+//!   by the log itself.
+//! - Forwarding (`nats/forward.rs`): a call that reaches a hub which is not the list's
 //!   authority goes to the hub that is, over NATS, and its answer comes back.
 //! - The replay (`replay.rs`): a hub's own SQLite store brought up to the log before it
 //!   acts for a list it took.
-//! - The directory (`directory.rs`): the index of lists, the tokens hubs made and the
-//!   links of delegated tasks' lists, a bucket each that every hub watches.
-//! - Following (`follow.rs`): a list's events and document read from its log by any hub,
-//!   its events followed as the log takes them (the JSON API's event stream and a task's
-//!   history, wherever they are asked for).
+//! - The directory (`directory.rs`, `nats/directory.rs`): the index of lists, the tokens
+//!   hubs made and the links of delegated tasks' lists, a bucket each that every hub
+//!   watches.
+//! - Following (`nats/follow.rs`): a list's events and document read from its log by
+//!   any hub, its events followed as the log takes them (the JSON API's event stream
+//!   and a task's history, wherever they are asked for).
 
 mod directory;
-mod follow;
-mod forward;
 mod lease;
 pub mod limits;
 mod log;
+#[cfg(feature = "nats")]
+mod nats;
 pub mod record;
 mod replay;
 mod tenure;
+#[cfg(not(feature = "nats"))]
+mod without_nats;
 
 use std::time::Duration;
 
 use swarmtodo_store::DocId;
 
-pub use self::directory::{token_key, token_sha256, Bucket, Keyed, Watched};
-pub use self::follow::{document_of, number_events, Follow};
-pub use self::forward::{
-    call_subject, Forwarded, ForwardedCall, SessionMessage, SessionMessages, CALL_SUBJECT_PREFIX,
-    OP, SESSION, SESSION_SUBJECT_PREFIX,
-};
-pub use self::lease::{Lease, LEASE_BUCKET};
-pub use self::log::{
-    subject, Entry, Logged, Read, LOG_STREAM, LOG_SUBJECT_PREFIX, SNAPSHOT_SUBJECT_PREFIX,
-};
-/// The headers of a log record (docs/DESIGN.md §10).
-pub mod headers {
-    pub use crate::log::{HUB, KIND, LEASE, PART, SNAPSHOT_PARTS};
-}
-use self::limits::{
-    HUB_ID_BYTES_MAX, LEASE_TTL_DEFAULT, LEASE_TTL_MIN, LOG_ROLLUP_AFTER_COMMITS,
-    NATS_REQUEST_TIMEOUT,
+pub use self::directory::{token_key, token_sha256, Bucket, Keyed};
+pub use self::lease::Lease;
+use self::limits::{HUB_ID_BYTES_MAX, LEASE_TTL_DEFAULT, LEASE_TTL_MIN, LOG_ROLLUP_AFTER_COMMITS};
+pub use self::log::{document_of, number_events, Entry, Logged, Read};
+#[cfg(feature = "nats")]
+pub use self::nats::{
+    call_subject, headers, subject, Cluster, Follow, Forwarded, ForwardedCall, SessionMessages,
+    Watched, CALL_SUBJECT_PREFIX, LEASE_BUCKET, LOG_STREAM, LOG_SUBJECT_PREFIX, OP, SESSION,
+    SESSION_SUBJECT_PREFIX, SNAPSHOT_SUBJECT_PREFIX,
 };
 pub use self::record::Snapshot;
 pub use self::replay::{replay_into, Replayed};
 pub use self::tenure::{KeptSnapshot, LogPoint, Tenure};
+#[cfg(not(feature = "nats"))]
+pub use self::without_nats::{Cluster, Follow, Forwarded, ForwardedCall, SessionMessages, Watched};
 
 /// The automerge-repo peer id every hub of a cluster answers `join` with and sends as:
 /// a sync peer carried to another hub (docs/DESIGN.md §10) hears the hub it joined and
@@ -92,28 +95,11 @@ impl ClusterConfig {
             rollup_after_commits: LOG_ROLLUP_AFTER_COMMITS,
         }
     }
-}
 
-/// One hub's handle on the cluster.
-#[derive(Debug, Clone)]
-pub struct Cluster {
-    hub: String,
-    client: async_nats::Client,
-    /// The runtime it was connected on, where its own tasks run.
-    runtime: tokio::runtime::Handle,
-    log: log::Log,
-    leases: lease::Leases,
-    directory: directory::Directory,
-    rollup_after: u64,
-}
-
-impl Cluster {
-    /// Connects to NATS and opens (or makes) the log stream and the lease bucket. The
-    /// connection's own task, and those of [`Cluster::spawn`], run on the runtime this
-    /// is called on: a hub gives the cluster a runtime of its own, so that no long merge
-    /// of the hub's delays the renewal of a lease.
-    pub async fn connect(config: &ClusterConfig) -> Result<Cluster, ClusterError> {
-        let hub = &config.hub;
+    /// Refuses settings no hub can run with (`cluster_bad_config`), before any
+    /// connection is tried.
+    pub fn check(&self) -> Result<(), ClusterError> {
+        let hub = &self.hub;
         if hub.is_empty()
             || hub.len() > HUB_ID_BYTES_MAX
             || !hub
@@ -124,115 +110,36 @@ impl Cluster {
                 "hub id {hub:?}: give 1 to {HUB_ID_BYTES_MAX} letters, digits, '-' or '_'"
             )));
         }
-        if config.lease_ttl < LEASE_TTL_MIN {
+        if self.lease_ttl < LEASE_TTL_MIN {
             return Err(ClusterError::BadConfig(format!(
                 "a lease of {:?} is shorter than the {LEASE_TTL_MIN:?} allowed",
-                config.lease_ttl
+                self.lease_ttl
             )));
         }
-        if config.rollup_after_commits == 0 {
+        if self.rollup_after_commits == 0 {
             return Err(ClusterError::BadConfig(
                 "rollup_after_commits is 0: give at least 1".to_owned(),
             ));
         }
-        if !matches!(config.replicas, 1 | 3) {
+        if !matches!(self.replicas, 1 | 3) {
             return Err(ClusterError::BadConfig(format!(
                 "{} replicas: give 1, or 3 on a three-server NATS cluster",
-                config.replicas
+                self.replicas
             )));
         }
-        let client = async_nats::ConnectOptions::new()
-            .name(format!("swarmtodo hub {hub}"))
-            .request_timeout(Some(NATS_REQUEST_TIMEOUT))
-            .connect(config.url.split(',').map(str::trim).collect::<Vec<_>>())
-            .await
-            .map_err(|e| ClusterError::Connect {
-                url: config.url.clone(),
-                reason: e.to_string(),
-            })?;
-        let mut js = async_nats::jetstream::new(client.clone());
-        js.set_timeout(NATS_REQUEST_TIMEOUT);
-        let log = log::Log::open(js.clone(), config.replicas).await?;
-        let leases = lease::Leases::open(&js, hub, config.lease_ttl, config.replicas).await?;
-        let directory = directory::Directory::open(&js, config.replicas).await?;
-        Ok(Cluster {
-            hub: hub.clone(),
-            client,
-            runtime: tokio::runtime::Handle::current(),
-            log,
-            leases,
-            directory,
-            rollup_after: config.rollup_after_commits,
-        })
+        Ok(())
     }
+}
 
-    /// Runs `task` on the runtime the cluster was connected on.
-    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
-    where
-        F: std::future::Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        self.runtime.spawn(task)
-    }
-
-    /// This hub's id.
-    pub fn hub(&self) -> &str {
-        &self.hub
-    }
-
-    /// How long a lease lasts unless renewed (renew every third of it).
-    pub fn lease_ttl(&self) -> Duration {
-        self.leases.ttl()
-    }
-
-    /// Reads list `doc`'s log after sequence `after` (0: from its start), up to its end
-    /// as it is now.
-    pub async fn read(&self, doc: DocId, after: u64) -> Result<Read, ClusterError> {
-        self.log.read(doc, after).await
-    }
-
-    /// The sequence of the last message of `doc`'s log (0: none).
-    pub async fn last_seq(&self, doc: DocId) -> Result<u64, ClusterError> {
-        self.log.last_seq(doc).await
-    }
-
-    /// Sends a call (`body`) to hub `to` and waits up to `wait` (at most
-    /// [`limits::FORWARD_WAIT_MAX`]) for its answer.
-    pub async fn forward(
-        &self,
-        to: &str,
-        body: &[u8],
-        wait: Duration,
-    ) -> Result<Vec<u8>, ClusterError> {
-        forward::forward(&self.client, to, body, wait).await
-    }
-
-    /// The calls other hubs forward to this one.
-    pub async fn forwarded(&self) -> Result<Forwarded, ClusterError> {
-        Forwarded::subscribe(self.client.clone(), &self.hub).await
-    }
-
-    /// Sends `body` to hub `to` as a message `op` of session `session` (a sync peer of
-    /// a list `to` holds, carried by this hub; or that peer's answers, carried back).
-    pub async fn session_send(
-        &self,
-        to: &str,
-        session: &str,
-        op: &str,
-        body: &[u8],
-    ) -> Result<(), ClusterError> {
-        forward::session_send(&self.client, to, session, op, body).await
-    }
-
-    /// The messages of the sessions other hubs hold with this one.
-    pub async fn sessions(&self) -> Result<SessionMessages, ClusterError> {
-        SessionMessages::subscribe(&self.client, &self.hub).await
-    }
-
-    /// The hub that holds list `doc` now and its lease's revision, if any.
-    pub async fn holder(&self, doc: DocId) -> Result<Option<(String, u64)>, ClusterError> {
-        self.leases.holder(doc).await
-    }
+/// One message of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionMessage {
+    /// The session it belongs to.
+    pub session: String,
+    /// What it is.
+    pub op: String,
+    /// What it carries.
+    pub body: Vec<u8>,
 }
 
 /// What the cluster refused or failed to do. [`ClusterError::code`] is stable.
@@ -249,6 +156,13 @@ pub enum ClusterError {
     /// The hub's cluster settings are not usable.
     #[error("cluster settings: {0}")]
     BadConfig(String),
+    /// This build of swarmtodo has no NATS: it was built without the `nats` cargo
+    /// feature.
+    #[error(
+        "this swarmtodo was built without NATS (the `nats` cargo feature): build it with \
+         its default features to join a cluster, or run the hub alone"
+    )]
+    NotBuilt,
     /// A JetStream request failed (the server is down, has no JetStream, timed out).
     #[error("JetStream: {0}")]
     JetStream(String),
@@ -402,6 +316,7 @@ impl ClusterError {
         match self {
             ClusterError::Connect { .. } => "cluster_connect",
             ClusterError::BadConfig(_) => "cluster_bad_config",
+            ClusterError::NotBuilt => "cluster_not_built",
             ClusterError::JetStream(_) => "cluster_jetstream",
             ClusterError::LeaseTtlMismatch { .. } => "cluster_lease_ttl_mismatch",
             ClusterError::LeaseHeld { .. } => "cluster_lease_held",

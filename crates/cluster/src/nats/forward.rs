@@ -22,8 +22,8 @@ use crate::limits::{
     FORWARDS_PARTIAL_MAX, FORWARD_BYTES_MAX, FORWARD_PARTS_MAX, FORWARD_PART_BYTES_MAX,
     FORWARD_WAIT_MAX,
 };
-use crate::log::PART;
-use crate::ClusterError;
+use crate::nats::log::PART;
+use crate::{ClusterError, SessionMessage};
 
 /// The subjects hubs receive forwarded calls on: this, then the hub's id.
 pub const CALL_SUBJECT_PREFIX: &str = "swarmtodo.call.";
@@ -294,17 +294,6 @@ pub struct SessionMessages {
     messages: Subscriber,
     /// Messages whose first parts came, by session.
     partial: Wholes,
-}
-
-/// One message of a session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionMessage {
-    /// The session it belongs to.
-    pub session: String,
-    /// What it is.
-    pub op: String,
-    /// What it carries.
-    pub body: Vec<u8>,
 }
 
 impl SessionMessages {
