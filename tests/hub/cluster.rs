@@ -970,6 +970,15 @@ async fn any_hub_lists_every_list_and_admits_every_made_token() {
             .any(|l| l.name.as_deref() == Some("alpha-t1") && l.tasks.pending == 1)
     })
     .await;
+
+    // A hub that starts now hears the directory before it serves: its first answer
+    // lists every list, and it admits the token at once.
+    let d = hub_configured(&nats.url, &dir, "hub-d", 1000, TOKENS_CONFIG);
+    let first = index_until(&d, LEAD_TOKEN, |_| true).await;
+    let names: Vec<_> = first.iter().filter_map(|l| l.name.as_deref()).collect();
+    assert_eq!(names, ["alpha", "alpha-t1", "beta"], "{first:?}");
+    let sub_at_d = Api::new(&d.url).unwrap().token(&token);
+    assert_eq!(ids(&sub_at_d.read("alpha-t1", None).await.unwrap()), ["s1"]);
 }
 
 /// A delegated task takes the status its list rolls up to when the two lists are held

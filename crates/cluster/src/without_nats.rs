@@ -203,6 +203,11 @@ pub struct Watched {
 }
 
 impl Watched {
+    /// True once the watch has brought the last value of every key.
+    pub fn is_current(&self) -> bool {
+        match self.never {}
+    }
+
     /// The next key written.
     pub async fn next(&mut self) -> Option<Result<Keyed, ClusterError>> {
         match self.never {}

@@ -14,11 +14,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use hyper::body::Bytes;
 use serde::{Deserialize, Serialize};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use swarmtodo_cluster::limits::FOLLOW_RETRY;
 use swarmtodo_cluster::{token_key, token_sha256, Bucket, Cluster, Keyed};
@@ -237,16 +238,17 @@ pub(crate) async fn share_token(
 /// Watches the cluster's directory for as long as the hub runs: the index of lists into
 /// `index`, the made tokens into `access` (a hub with tokens), the links and every
 /// list's task counts to the hub task. A watch that ends is made again, and brings
-/// every key again.
+/// every key again. What it returns says when every bucket was heard as it was.
 pub(crate) fn watch(
     cluster: &Cluster,
     index: ListIndex,
     access: Arc<Access>,
     to_hub: mpsc::WeakSender<ToHub>,
-) {
+) -> Heard {
+    let mut heard = Heard::default();
     let (lists, links) = (index.clone(), index);
     let to_core = to_hub.clone();
-    cluster.spawn(keep_watching(cluster.clone(), Bucket::Lists, move |k: Keyed| {
+    cluster.spawn(keep_watching(cluster.clone(), Bucket::Lists, heard.bucket(), move |k: Keyed| {
         let summary = k.value.and_then(|v| {
             serde_json::from_slice::<ListSummary>(&v)
                 .map_err(|e| tracing::warn!(key = k.key, error = %e, "a list's summary in the index does not read"))
@@ -256,7 +258,7 @@ pub(crate) fn watch(
         summary.and_then(|s| counts_of(&s)).map(|i| vec![i])
     }, to_core));
     let to_core = to_hub;
-    cluster.spawn(keep_watching(cluster.clone(), Bucket::Links, move |k: Keyed| {
+    cluster.spawn(keep_watching(cluster.clone(), Bucket::Links, heard.bucket(), move |k: Keyed| {
         let linked = serde_json::from_slice::<Linked>(&k.value?)
             .map_err(|e| tracing::warn!(key = k.key, error = %e, "a delegated list's link does not read"))
             .ok()?;
@@ -271,12 +273,13 @@ pub(crate) fn watch(
         Some(std::iter::once(Input::Links(vec![link])).chain(counts).collect())
     }, to_core.clone()));
     let Access::Tokens(tokens) = &*access else {
-        return;
+        return heard;
     };
     let tokens = tokens.clone();
     cluster.spawn(keep_watching(
         cluster.clone(),
         Bucket::Tokens,
+        heard.bucket(),
         move |k: Keyed| {
             let (Some(sha), Some(value)) = (token_sha256(&k.key), k.value) else {
                 return None;
@@ -289,6 +292,36 @@ pub(crate) fn watch(
         },
         to_core,
     ));
+    heard
+}
+
+/// Whether the hub has heard the cluster's directory as it was when the hub began to
+/// watch it: every bucket watched brought the last value of each of its keys.
+#[derive(Debug, Default)]
+pub(crate) struct Heard {
+    buckets: Vec<watch::Receiver<bool>>,
+}
+
+impl Heard {
+    /// One more bucket to hear.
+    fn bucket(&mut self) -> watch::Sender<bool> {
+        let (heard, hearing) = watch::channel(false);
+        self.buckets.push(hearing);
+        heard
+    }
+
+    /// Waits until every bucket was heard, up to `wait`: false if one was not.
+    pub(crate) async fn wait(mut self, wait: Duration) -> bool {
+        let all = async {
+            for b in &mut self.buckets {
+                if b.wait_for(|heard| *heard).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        tokio::time::timeout(wait, all).await.unwrap_or(false)
+    }
 }
 
 /// What the core hears of a list's summary: its task counts.
@@ -302,12 +335,16 @@ fn counts_of(s: &ListSummary) -> Option<Input> {
 async fn keep_watching(
     cluster: Cluster,
     bucket: Bucket,
+    heard: watch::Sender<bool>,
     mut each: impl FnMut(Keyed) -> Option<Vec<Input>>,
     to_hub: mpsc::WeakSender<ToHub>,
 ) {
     loop {
         match cluster.watch(bucket).await {
             Ok(mut w) => {
+                if w.is_current() {
+                    heard.send_replace(true);
+                }
                 while let Some(k) = w.next().await {
                     let k = match k {
                         Ok(k) => k,
@@ -323,6 +360,11 @@ async fn keep_watching(
                         if to_hub.send(ToHub::Input(input)).await.is_err() {
                             return;
                         }
+                    }
+                    // What this key brought is in the index, the tokens or the hub
+                    // task's queue.
+                    if w.is_current() {
+                        heard.send_replace(true);
                     }
                 }
             }

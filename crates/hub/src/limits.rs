@@ -25,6 +25,10 @@ pub const RELAY_OUTBOX_BYTES_MAX: usize = OUTBOX_BYTES_MAX / 4;
 /// Frames queued for a connection past which relays to it are dropped: a quarter of
 /// [`OUTBOX_FRAMES_MAX`], for the same reason.
 pub const RELAY_OUTBOX_FRAMES_MAX: usize = OUTBOX_FRAMES_MAX / 4;
+/// How long a hub of a cluster waits at its start to hear the cluster's directory (the
+/// index of lists, the tokens hubs made, the links of delegated lists) before it takes
+/// its first connection; past it, it serves and hears the rest as it comes.
+pub const DIRECTORY_HEARD_WAIT_MAX: Duration = Duration::from_secs(10);
 /// Inputs queued for the hub task (connections wait when it is full).
 pub const HUB_QUEUE_MAX: usize = 4_096;
 /// Largest WebSocket frame accepted.

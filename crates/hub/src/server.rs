@@ -136,13 +136,20 @@ pub async fn run(
     ));
     // The cluster's directory: the index, the tokens every hub made, links and counts
     // for the hub task.
+    // It is heard before the first connection is taken (each bucket's keys as they are
+    // now), so that a hub that just started lists every list and admits every token.
     if let Some(d) = &directory {
-        crate::directory::watch(
+        let heard = crate::directory::watch(
             &d.cluster,
             d.index.clone(),
             access.clone(),
             to_hub.downgrade(),
         );
+        if !heard.wait(DIRECTORY_HEARD_WAIT_MAX).await {
+            tracing::warn!(
+                "the cluster's directory was not heard within {DIRECTORY_HEARD_WAIT_MAX:?}: serving; the index of lists and the tokens other hubs made come in as they are heard"
+            );
+        }
     }
     let permits = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut next_conn = 0u64;

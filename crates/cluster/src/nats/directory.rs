@@ -63,21 +63,34 @@ async fn bucket(
 pub struct Watched {
     bucket: Bucket,
     watch: kv::Watch,
+    /// [`Watched::is_current`].
+    current: bool,
 }
 
 impl std::fmt::Debug for Watched {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watched")
             .field("bucket", &self.bucket)
+            .field("current", &self.current)
             .finish()
     }
 }
 
 impl Watched {
+    /// True once the watch has brought the last value of every key the bucket held
+    /// when it began (at once for a bucket that held none): each key it brings from then
+    /// on was written since.
+    pub fn is_current(&self) -> bool {
+        self.current
+    }
+
     /// The next key written; `None` or `Err` when the watch ended (watch again: every
     /// key comes again).
     pub async fn next(&mut self) -> Option<Result<Keyed, ClusterError>> {
         let entry = self.watch.next().await?;
+        if entry.as_ref().is_ok_and(|e| e.seen_current) {
+            self.current = true;
+        }
         Some(
             entry
                 .map(|e| Keyed {
@@ -117,14 +130,27 @@ impl Cluster {
 
     /// Watches the directory's `bucket`.
     pub async fn watch(&self, bucket: Bucket) -> Result<Watched, ClusterError> {
-        self.directory
-            .store(bucket)
+        let failed = |e: String| {
+            ClusterError::JetStream(format!("watching the bucket {}: {e}", bucket.name()))
+        };
+        let store = self.directory.store(bucket);
+        // An empty bucket brings nothing to say the watch is current: it is at once.
+        let held = store
+            .stream
+            .get_info()
+            .await
+            .map_err(|e| failed(e.to_string()))?
+            .state
+            .messages;
+        store
             .watch_with_history(">")
             .await
-            .map(|watch| Watched { bucket, watch })
-            .map_err(|e| {
-                ClusterError::JetStream(format!("watching the bucket {}: {e}", bucket.name()))
+            .map(|watch| Watched {
+                bucket,
+                watch,
+                current: held == 0,
             })
+            .map_err(|e| failed(e.to_string()))
     }
 }
 
