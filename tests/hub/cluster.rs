@@ -788,6 +788,87 @@ async fn events_creating(
     }
 }
 
+/// Takes events from `rx` until the one numbered `last`; those taken.
+async fn events_through(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<swarmtodo::proto::Event>,
+    last: u64,
+) -> Vec<swarmtodo::proto::Event> {
+    let mut got = Vec::new();
+    while got
+        .last()
+        .is_none_or(|e: &swarmtodo::proto::Event| e.seq < last)
+    {
+        let e = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("event {last} did not come; got {got:?}"))
+            .expect("the stream ended");
+        got.push(e);
+    }
+    got
+}
+
+/// How many times `hub` read a list's whole log for a list's past.
+async fn log_reads(hub: &HubProc) -> u64 {
+    hub.metric("swarmtodo_log_reads_total").await
+}
+
+/// At a hub of a cluster where a reader follows a list, readers that resume within its
+/// last `STREAM_RECENT_MAX` events read them from memory, not the list's log — every
+/// reader reconnecting after a failover resumes so — and each gets exactly the events
+/// after the one it names; a reader from further back reads the log, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_resuming_within_the_last_events_read_them_from_memory_not_the_log() {
+    use swarmtodo::hub::limits::STREAM_RECENT_MAX;
+
+    let nats = NatsServer::start("hubs-recent");
+    let dir = scratch("cluster-recent");
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    lead(&a).create("plan").await.unwrap();
+    // More events than the follower keeps.
+    let mut written = Vec::new();
+    for i in 0..STREAM_RECENT_MAX + 20 {
+        let id = format!("t{i}");
+        lead(&a).write("plan", &upsert(&id)).await.unwrap();
+        written.push(id);
+    }
+    // A reader at hub-b, which does not hold the list; once it hears a write made after
+    // it began, the follower of the log there has read the log.
+    let mut follower = follow_events(&b, "plan", 0);
+    let mut seen = Vec::new();
+    events_creating(&mut follower, &mut seen, &written).await;
+    lead(&a).write("plan", &upsert("last")).await.unwrap();
+    written.push("last".to_owned());
+    events_creating(&mut follower, &mut seen, &written).await;
+    let last = seen.last().unwrap().seq;
+    assert_eq!(
+        seen.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=last).collect::<Vec<_>>()
+    );
+    let after = |from: u64| -> Vec<_> {
+        seen.iter()
+            .filter(|e| e.seq > from)
+            .map(|e| (e.seq, e.body.clone()))
+            .collect()
+    };
+    let reads = log_reads(&b).await;
+    let window = STREAM_RECENT_MAX as u64;
+    for from in [last - 1, last - 10, last - window] {
+        let mut rx = follow_events(&b, "plan", from);
+        let got = events_through(&mut rx, last).await;
+        let got: Vec<_> = got.into_iter().map(|e| (e.seq, e.body)).collect();
+        assert_eq!(got, after(from), "a reader from event {from}");
+    }
+    assert_eq!(log_reads(&b).await, reads, "a resuming reader read the log");
+    // From one event further back than the follower keeps: the log, once.
+    let from = last - window - 1;
+    let mut rx = follow_events(&b, "plan", from);
+    let got = events_through(&mut rx, last).await;
+    let got: Vec<_> = got.into_iter().map(|e| (e.seq, e.body)).collect();
+    assert_eq!(got, after(from));
+    assert_eq!(log_reads(&b).await, reads + 1);
+}
+
 /// The JSON API's event stream at a hub that does not hold the list carries its events
 /// live, numbered as at the holder, each once and in order — also while the holder is
 /// killed and another hub takes the list, without the reader reconnecting. A task's

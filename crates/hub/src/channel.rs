@@ -69,7 +69,7 @@ pub(crate) enum ToHub {
         /// The list.
         list: DocumentId,
         /// Where its receiver goes.
-        reply: oneshot::Sender<tokio::sync::broadcast::Receiver<crate::stream::Live>>,
+        reply: oneshot::Sender<crate::stream::Subscription>,
     },
     /// Stop: everything queued before this is handled (and committed) first; then every
     /// peer is closed with 1001.

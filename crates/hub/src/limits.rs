@@ -50,6 +50,10 @@ pub const WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Events a list's live stream holds for its slowest reader; one further behind reads
 /// them from the store instead.
 pub const STREAM_BUFFERED_MAX: usize = 1_024;
+/// Events of a list the follower of its log keeps at a hub of a cluster while some
+/// reader follows the list: a reader resuming within them reads them from memory, not
+/// the log.
+pub const STREAM_RECENT_MAX: usize = 256;
 /// Events one read of the store brings to an event stream (and frames its body queues).
 pub const STREAM_PAGE_MAX: usize = 256;
 /// How long an event stream stays silent before it sends a comment line

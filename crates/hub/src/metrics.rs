@@ -88,6 +88,8 @@ pub(crate) struct Metrics {
     pub(crate) forwarded: AtomicU64,
     /// Sync peers carried to another hub of the cluster, their list's authority.
     pub(crate) carried: AtomicU64,
+    /// Whole reads of a list's log for its past (an event stream's, a task's history).
+    pub(crate) log_reads: AtomicU64,
     /// Per [`Kind`] (read, create, write, claim) and [`Outcome`].
     calls: [[AtomicU64; 2]; 4],
     pub(crate) batch: Histogram,
@@ -144,7 +146,7 @@ impl Metrics {
     /// The Prometheus text of every figure.
     pub(crate) fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let scalars: [(&str, &str, &str, &AtomicU64); 10] = [
+        let scalars: [(&str, &str, &str, &AtomicU64); 11] = [
             (
                 "swarmtodo_connections",
                 "gauge",
@@ -198,6 +200,12 @@ impl Metrics {
                 "counter",
                 "Sync peers carried to the hub of the cluster that holds their list.",
                 &self.carried,
+            ),
+            (
+                "swarmtodo_log_reads_total",
+                "counter",
+                "Reads of a list's whole log in a cluster, for an event stream's past or a task's history.",
+                &self.log_reads,
             ),
             (
                 "swarmtodo_leases_expired_total",

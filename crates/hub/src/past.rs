@@ -4,19 +4,23 @@
 //! replayed while it held a list; the log holds the list whichever hub holds it, and
 //! numbers its events as every hub does.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use swarmtodo_cluster::Cluster;
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_store::{persist, Loaded, Store, StoreError, StoredEvent};
 
 use crate::limits::STREAM_PAGE_MAX;
+use crate::metrics::Metrics;
 
 /// Where a list's past is read.
 #[derive(Debug, Clone)]
 pub(crate) enum Past {
     /// The hub's own store (a hub alone).
     Store(Store),
-    /// The list's log (a hub of a cluster).
-    Log(Box<Cluster>),
+    /// The list's log (a hub of a cluster); each read of it counted in `metrics`.
+    Log(Box<(Cluster, Arc<Metrics>)>),
 }
 
 impl Past {
@@ -38,11 +42,8 @@ impl Past {
                 let more = page.len() == STREAM_PAGE_MAX;
                 Ok((page, more))
             }
-            Past::Log(cluster) => {
-                let mut all = cluster
-                    .events(persist::doc_id(&doc))
-                    .await
-                    .map_err(|e| format!("the list's log could not be read ({e})"))?;
+            Past::Log(log) => {
+                let mut all = log_events(log, doc).await?;
                 all.retain(|e| e.seq > last);
                 Ok((all, false))
             }
@@ -56,11 +57,7 @@ impl Past {
                 .last_event_seq(persist::doc_id(&doc))
                 .await
                 .map_err(|e| format!("the store could not read the list's events ({e})")),
-            Past::Log(cluster) => cluster
-                .events(persist::doc_id(&doc))
-                .await
-                .map(|all| all.len() as u64)
-                .map_err(|e| format!("the list's log could not be read ({e})")),
+            Past::Log(log) => Ok(log_events(log, doc).await?.len() as u64),
         }
     }
 
@@ -72,10 +69,27 @@ impl Past {
                 Err(StoreError::UnknownList(_)) => Ok(None),
                 Err(e) => Err(format!("the store could not read the list ({e})")),
             },
-            Past::Log(cluster) => cluster
-                .document(persist::doc_id(&doc))
-                .await
-                .map_err(|e| format!("the list's log could not be read ({e})")),
+            Past::Log(log) => {
+                let (cluster, metrics) = &**log;
+                metrics.log_reads.fetch_add(1, Ordering::Relaxed);
+                cluster
+                    .document(persist::doc_id(&doc))
+                    .await
+                    .map_err(|e| format!("the list's log could not be read ({e})"))
+            }
         }
     }
+}
+
+/// Every event of list `doc` as its log numbers them now: a read of the whole log, from
+/// its last snapshot, counted.
+async fn log_events(
+    (cluster, metrics): &(Cluster, Arc<Metrics>),
+    doc: DocumentId,
+) -> Result<Vec<StoredEvent>, String> {
+    metrics.log_reads.fetch_add(1, Ordering::Relaxed);
+    cluster
+        .events(persist::doc_id(&doc))
+        .await
+        .map_err(|e| format!("the list's log could not be read ({e})"))
 }

@@ -117,14 +117,14 @@ pub async fn run(
     // The event streams and task histories read the lists' past themselves: from the
     // store, or in a cluster from the lists' logs.
     let events_store = store.clone();
+    let metrics = Arc::new(crate::metrics::Metrics::default());
     let past = match &cluster {
-        Some(cluster) => crate::past::Past::Log(Box::new(cluster.clone())),
+        Some(cluster) => crate::past::Past::Log(Box::new((cluster.clone(), metrics.clone()))),
         None => crate::past::Past::Store(store.clone()),
     };
     let history_reads = Arc::new(tokio::sync::Semaphore::new(
         crate::limits::HISTORY_READS_MAX,
     ));
-    let metrics = Arc::new(crate::metrics::Metrics::default());
     let mut hub = tokio::spawn(hub_task(
         core,
         store,

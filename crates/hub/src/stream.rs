@@ -14,9 +14,13 @@
 //! past. A hub of a cluster feeds them from the list's log, followed while some reader
 //! follows the list (`swarmtodo_cluster::Follow`), and the log is the past: a reader
 //! at any hub sees every event of the list, whichever hub holds it, across failovers.
+//! The follower keeps the list's last [`STREAM_RECENT_MAX`] events ([`Recent`]): a
+//! reader that resumes within them — every reader reconnecting after a failover — reads
+//! its past from memory, not the whole log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::StreamBody;
@@ -28,21 +32,79 @@ use swarmtodo_cluster::Cluster;
 use swarmtodo_core::hub::{Commit, Stored};
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_proto::{Event, Snapshot};
-use swarmtodo_store::persist;
+use swarmtodo_store::{persist, StoredEvent};
 
-use crate::limits::{STREAM_BUFFERED_MAX, STREAM_KEEPALIVE, STREAM_PAGE_MAX};
+use crate::limits::{STREAM_BUFFERED_MAX, STREAM_KEEPALIVE, STREAM_PAGE_MAX, STREAM_RECENT_MAX};
 use crate::past::Past;
 
 /// One event as a stream carries it: its `seq` and its SSE message (made once for every
 /// reader).
 pub(crate) type Live = (u64, Bytes);
 
+/// A reader's hold on one list's live events.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    /// The events committed from when it subscribed on.
+    pub(crate) live: broadcast::Receiver<Live>,
+    /// In a cluster: the last events of the list, as its follower read them.
+    pub(crate) recent: Option<Recent>,
+}
+
 /// The live events of every list some reader follows (kept by the hub task).
 #[derive(Debug, Default)]
 pub(crate) struct Streams {
-    lists: BTreeMap<DocumentId, broadcast::Sender<Live>>,
+    lists: BTreeMap<DocumentId, (broadcast::Sender<Live>, Option<Recent>)>,
     /// In a cluster: the cluster whose logs feed the live events.
     logs: Option<Cluster>,
+}
+
+/// In a cluster: the last [`STREAM_RECENT_MAX`] events of a list its log's follower
+/// read (shared by the follower, which keeps them, and the list's readers). It is
+/// filled before the events go out live, so a reader that subscribed, then found its
+/// past here, misses none that came after.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Recent {
+    inner: Arc<Mutex<Window>>,
+}
+
+#[derive(Debug, Default)]
+struct Window {
+    /// The follower read the log once at least: what follows means something.
+    read: bool,
+    /// The last events read, in `seq` order, at most [`STREAM_RECENT_MAX`].
+    events: VecDeque<StoredEvent>,
+    /// The `seq` of the last event read (0: none).
+    last: u64,
+}
+
+impl Recent {
+    /// The events after `last`, if those are all here (`None`: read the past).
+    pub(crate) fn after(&self, last: u64) -> Option<Vec<StoredEvent>> {
+        let w = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let first = w.events.front().map_or(w.last + 1, |e| e.seq);
+        (w.read && last + 1 >= first)
+            .then(|| w.events.iter().filter(|e| e.seq > last).cloned().collect())
+    }
+
+    /// The `seq` of the list's last event, once the follower read the log.
+    pub(crate) fn last_seq(&self) -> Option<u64> {
+        let w = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        w.read.then_some(w.last)
+    }
+
+    /// Keeps `events`, read next from the log.
+    fn keep(&self, events: &[StoredEvent]) {
+        let mut w = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        w.read = true;
+        let skip = events.len().saturating_sub(STREAM_RECENT_MAX);
+        for e in &events[skip..] {
+            w.last = e.seq;
+            w.events.push_back(e.clone());
+        }
+        while w.events.len() > STREAM_RECENT_MAX {
+            w.events.pop_front();
+        }
+    }
 }
 
 impl Streams {
@@ -55,23 +117,26 @@ impl Streams {
         }
     }
 
-    /// A receiver of list `doc`'s events committed from now on.
-    pub(crate) fn subscribe(&mut self, doc: DocumentId) -> broadcast::Receiver<Live> {
+    /// A hold on list `doc`'s events committed from now on.
+    pub(crate) fn subscribe(&mut self, doc: DocumentId) -> Subscription {
         // Lists nobody follows any more (readers gone, or a list that never existed)
         // go: the map holds at most the lists of the streams open. (A log's follower
         // sees its readers gone and ends.)
-        self.lists.retain(|_, tx| tx.receiver_count() > 0);
+        self.lists.retain(|_, (tx, _)| tx.receiver_count() > 0);
         let logs = &self.logs;
-        self.lists
-            .entry(doc)
-            .or_insert_with(|| {
-                let tx = broadcast::channel(STREAM_BUFFERED_MAX).0;
-                if let Some(cluster) = logs {
-                    cluster.spawn(follow_log(cluster.clone(), doc, tx.clone()));
-                }
-                tx
-            })
-            .subscribe()
+        let (tx, recent) = self.lists.entry(doc).or_insert_with(|| {
+            let tx = broadcast::channel(STREAM_BUFFERED_MAX).0;
+            let recent = logs.as_ref().map(|cluster| {
+                let recent = Recent::default();
+                cluster.spawn(follow_log(cluster.clone(), doc, tx.clone(), recent.clone()));
+                recent
+            });
+            (tx, recent)
+        });
+        Subscription {
+            live: tx.subscribe(),
+            recent: recent.clone(),
+        }
     }
 
     /// The events of the durable ones of `commits` (the store's answers, in order), to
@@ -85,7 +150,7 @@ impl Streams {
             let Stored::Durable(seqs) = stored else {
                 continue;
             };
-            let Some(tx) = self.lists.get(&commit.doc) else {
+            let Some((tx, _)) = self.lists.get(&commit.doc) else {
                 continue;
             };
             if tx.receiver_count() == 0 {
@@ -112,17 +177,17 @@ pub(crate) type SseBody =
     StreamBody<futures_util::stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
 
 /// The stream of list `doc` for a reader that has seen every event up to `from`,
-/// starting with `snapshot`; `live` was subscribed before the snapshot was read.
+/// starting with `snapshot`; `subscribed` before the snapshot was read.
 pub(crate) fn sse(
     past: Past,
     doc: DocumentId,
     from: u64,
     snapshot: Snapshot,
-    live: broadcast::Receiver<Live>,
+    subscribed: Subscription,
 ) -> SseBody {
     let (tx, rx) = mpsc::channel::<Bytes>(STREAM_PAGE_MAX);
     tokio::spawn(async move {
-        if let Err(why) = feed(&past, doc, from, snapshot, live, &tx).await {
+        if let Err(why) = feed(&past, doc, from, snapshot, subscribed, &tx).await {
             tracing::debug!(%doc, why, "event stream ended");
         }
     });
@@ -147,9 +212,10 @@ async fn feed(
     doc: DocumentId,
     from: u64,
     snapshot: Snapshot,
-    mut live: broadcast::Receiver<Live>,
+    subscribed: Subscription,
     tx: &mpsc::Sender<Bytes>,
 ) -> Result<(), &'static str> {
+    let Subscription { mut live, recent } = subscribed;
     let gone = "the reader left";
     let json = serde_json::to_string(&snapshot).map_err(|_| "snapshot")?;
     tx.send(message("snapshot", None, &json))
@@ -159,10 +225,14 @@ async fn feed(
     loop {
         // From the past, everything after `last` (in pages), then live.
         loop {
-            let (page, more) = past.events_after(doc, last).await.map_err(|why| {
-                tracing::info!(%doc, why, "an event stream could not read the list's past");
-                "the list's past could not be read"
-            })?;
+            let kept = recent.as_ref().and_then(|r| r.after(last));
+            let (page, more) = match kept {
+                Some(kept) => (kept, false),
+                None => past.events_after(doc, last).await.map_err(|why| {
+                    tracing::info!(%doc, why, "an event stream could not read the list's past");
+                    "the list's past could not be read"
+                })?,
+            };
             for e in page {
                 let json = stored_event_json(&doc, e.seq, &e.json);
                 tx.send(message(&e.kind, Some(e.seq), &json))
@@ -201,11 +271,17 @@ async fn feed(
 }
 
 /// In a cluster: feeds `tx` with list `doc`'s events as its log takes them, until no
-/// reader is left (noticed within [`STREAM_KEEPALIVE`]). Of the events the log held
-/// when it started, only the last goes out: a reader that read its past before that
-/// one sees the gap and reads its past again; one that read it after sees nothing new.
-async fn follow_log(cluster: Cluster, doc: DocumentId, tx: broadcast::Sender<Live>) {
-    let send = |e: swarmtodo_store::StoredEvent| {
+/// reader is left (noticed within [`STREAM_KEEPALIVE`]), keeping the last of them in
+/// `recent` first. Of the events the log held when it started, only the last goes out:
+/// a reader that read its past before that one sees the gap and reads its past again;
+/// one that read it after sees nothing new.
+async fn follow_log(
+    cluster: Cluster,
+    doc: DocumentId,
+    tx: broadcast::Sender<Live>,
+    recent: Recent,
+) {
+    let send = |e: StoredEvent| {
         let json = stored_event_json(&doc, e.seq, &e.json);
         let _ = tx.send((e.seq, message(&e.kind, Some(e.seq), &json)));
     };
@@ -230,11 +306,15 @@ async fn follow_log(cluster: Cluster, doc: DocumentId, tx: broadcast::Sender<Liv
         match follow.next(wait).await {
             Ok(events) if first => {
                 first = false;
+                recent.keep(&events);
                 if let Some(last) = events.into_iter().last() {
                     send(last);
                 }
             }
-            Ok(events) => events.into_iter().for_each(send),
+            Ok(events) => {
+                recent.keep(&events);
+                events.into_iter().for_each(send);
+            }
             Err(e) => {
                 tracing::info!(%doc, error = %e, "the list's log could not be read: again in a moment");
                 tokio::time::sleep(FOLLOW_RETRY).await;
