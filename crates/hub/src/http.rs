@@ -601,15 +601,11 @@ impl Api {
             (None, None) => 0,
             // Read after the subscription: what is committed meanwhile comes both ways,
             // and the stream sends each event once.
-            (None, Some(tail)) => match live.recent.as_ref().and_then(|r| r.last_seq()) {
-                Some(last) => last,
-                None => self
-                    .past
-                    .last_event_seq(doc)
-                    .await
-                    .map_err(|e| error(ErrorCode::Internal, None, format!("{e}: retry")))?,
-            }
-            .saturating_sub(tail),
+            (None, Some(tail)) => live
+                .last_seq(&self.past, doc)
+                .await
+                .map_err(|e| error(ErrorCode::Internal, None, format!("{e}: retry")))?
+                .saturating_sub(tail),
         };
         let body = crate::stream::sse(self.past.clone(), doc, from, snapshot, live);
         let mut r = Response::new(body.boxed_unsync());

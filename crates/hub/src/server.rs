@@ -135,9 +135,8 @@ pub async fn run(
         cluster,
     ));
     // The cluster's directory: the index, the tokens every hub made, links and counts
-    // for the hub task.
-    // It is heard before the first connection is taken (each bucket's keys as they are
-    // now), so that a hub that just started lists every list and admits every token.
+    // for the hub task; heard as it is now before the first connection is taken, so
+    // that a hub that just started lists every list and admits every token.
     if let Some(d) = &directory {
         let heard = crate::directory::watch(
             &d.cluster,

@@ -50,6 +50,17 @@ pub(crate) struct Subscription {
     pub(crate) recent: Option<Recent>,
 }
 
+impl Subscription {
+    /// The `seq` of list `doc`'s last event: as the follower of its log read it, or
+    /// from `past`.
+    pub(crate) async fn last_seq(&self, past: &Past, doc: DocumentId) -> Result<u64, String> {
+        match self.recent.as_ref().and_then(Recent::last_seq) {
+            Some(last) => Ok(last),
+            None => past.last_event_seq(doc).await,
+        }
+    }
+}
+
 /// The live events of every list some reader follows (kept by the hub task).
 #[derive(Debug, Default)]
 pub(crate) struct Streams {
