@@ -851,21 +851,26 @@ async fn readers_resuming_within_the_last_events_read_them_from_memory_not_the_l
             .map(|e| (e.seq, e.body.clone()))
             .collect()
     };
+    let resumed = |from: u64| {
+        let mut rx = follow_events(&b, "plan", from);
+        async move {
+            let got = events_through(&mut rx, last).await;
+            got.into_iter().map(|e| (e.seq, e.body)).collect::<Vec<_>>()
+        }
+    };
     let reads = log_reads(&b).await;
     let window = STREAM_RECENT_MAX as u64;
     for from in [last - 1, last - 10, last - window] {
-        let mut rx = follow_events(&b, "plan", from);
-        let got = events_through(&mut rx, last).await;
-        let got: Vec<_> = got.into_iter().map(|e| (e.seq, e.body)).collect();
-        assert_eq!(got, after(from), "a reader from event {from}");
+        assert_eq!(
+            resumed(from).await,
+            after(from),
+            "a reader from event {from}"
+        );
     }
     assert_eq!(log_reads(&b).await, reads, "a resuming reader read the log");
     // From one event further back than the follower keeps: the log, once.
     let from = last - window - 1;
-    let mut rx = follow_events(&b, "plan", from);
-    let got = events_through(&mut rx, last).await;
-    let got: Vec<_> = got.into_iter().map(|e| (e.seq, e.body)).collect();
-    assert_eq!(got, after(from));
+    assert_eq!(resumed(from).await, after(from));
     assert_eq!(log_reads(&b).await, reads + 1);
 }
 

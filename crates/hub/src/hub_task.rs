@@ -694,20 +694,108 @@ async fn append_to_logs(
     commits: &[Commit],
     at_ms: i64,
 ) -> Vec<Option<Stored>> {
+    appended_in_order(commits, at_ms, |doc, batch| async move {
+        side.append(doc, &batch, store).await
+    })
+    .await
+}
+
+/// [`append_to_logs`] with `append` appending one batch to its list's log. A list's
+/// commits build on one another: after one is refused, the later ones of the list are
+/// refused as it was, untried — appended, the log would hold changes whose dependencies
+/// it lacks, and no hub could load the list from it again.
+async fn appended_in_order<F, A>(
+    commits: &[Commit],
+    at_ms: i64,
+    mut append: F,
+) -> Vec<Option<Stored>>
+where
+    F: FnMut(DocumentId, swarmtodo_store::Batch) -> A,
+    A: std::future::Future<Output = Result<(), Stored>>,
+{
+    // What the later commits of a list refused get.
+    let mut refused: BTreeMap<DocumentId, Stored> = BTreeMap::new();
     let mut out = Vec::with_capacity(commits.len());
     for c in commits {
+        if let Some(later) = refused.get(&c.doc) {
+            out.push(Some(later.clone()));
+            continue;
+        }
         if c.changes.is_empty() && c.events.is_empty() && c.reported.is_empty() {
             out.push(None);
             continue;
         }
         let appended = match persist::batch(c, at_ms) {
-            Ok(batch) => side.append(c.doc, &batch, store).await,
+            Ok(batch) => append(c.doc, batch).await,
             Err(e) => Err(Stored::Refused(e.to_string())),
         };
         if let Err(why) = &appended {
             tracing::warn!(doc = %c.doc, ?why, "the cluster's log refused a commit");
+            let later = match why {
+                Stored::Elsewhere(why) => Stored::Elsewhere(why.clone()),
+                Stored::Refused(why) => Stored::Refused(format!(
+                    "it follows a commit of the list the log refused ({why}): refused too; its writers send both again"
+                )),
+                Stored::Durable(_) => why.clone(),
+            };
+            refused.insert(c.doc, later);
         }
         out.push(appended.err());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // In tests a panic is the failure report.
+
+    use super::*;
+
+    fn commit(doc: DocumentId, key: &str) -> Commit {
+        Commit {
+            reported: vec![key.to_owned()],
+            ..Commit::empty(doc)
+        }
+    }
+
+    /// After the log refuses a commit of a list, the later commits of that list in the
+    /// batch are refused as it was without being appended; the other lists' are
+    /// appended. (A list's next commit can depend on the refused one's changes: a log
+    /// holding it could not be loaded.)
+    #[tokio::test]
+    async fn a_list_s_commits_after_one_the_log_refused_are_refused_untried() {
+        let (a, b, c) = (
+            DocumentId::from_bytes([1; 16]),
+            DocumentId::from_bytes([2; 16]),
+            DocumentId::from_bytes([3; 16]),
+        );
+        let commits = [
+            commit(a, "a1"),
+            commit(b, "b1"),
+            commit(a, "a2"),
+            commit(c, "c1"),
+            commit(b, "b2"),
+            commit(c, "c2"),
+        ];
+        let tried = std::cell::RefCell::new(Vec::new());
+        let out = appended_in_order(&commits, 1, |doc, batch| {
+            tried.borrow_mut().push(batch.reported[0].clone());
+            let answer = match doc {
+                d if d == a => Err(Stored::Elsewhere("held by hub-b".to_owned())),
+                d if d == c => Err(Stored::Refused("too large".to_owned())),
+                _ => Ok(()),
+            };
+            async move { answer }
+        })
+        .await;
+        assert_eq!(*tried.borrow(), ["a1", "b1", "c1", "b2"]);
+        assert_eq!(out[0], Some(Stored::Elsewhere("held by hub-b".to_owned())));
+        assert_eq!(out[2], Some(Stored::Elsewhere("held by hub-b".to_owned())));
+        assert_eq!((&out[1], &out[4]), (&None, &None));
+        assert_eq!(out[3], Some(Stored::Refused("too large".to_owned())));
+        assert!(
+            matches!(&out[5], Some(Stored::Refused(why)) if why.contains("too large")),
+            "{out:?}"
+        );
+    }
 }

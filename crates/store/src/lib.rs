@@ -191,6 +191,18 @@ pub enum StoreError {
         /// What failed.
         reason: String,
     },
+    /// A commit of a list follows one of the same batch the store refused: it builds
+    /// on it (its changes may depend on the refused ones), so it is refused too.
+    #[error(
+        "a commit of {doc} follows one of its batch that was refused ({why}): refused too; \
+         its writers send both again"
+    )]
+    AfterRefused {
+        /// The list.
+        doc: DocId,
+        /// Why the earlier one was refused.
+        why: String,
+    },
     /// The store thread is gone (closed, or it failed).
     #[error("the store is closed")]
     Closed,
@@ -216,6 +228,7 @@ impl StoreError {
             StoreError::BadChange(_) => "store_bad_change",
             StoreError::SnapshotBehind { .. } => "store_snapshot_behind",
             StoreError::Corrupt { .. } => "store_corrupt",
+            StoreError::AfterRefused { .. } => "store_after_refused",
             StoreError::Closed => "store_closed",
             StoreError::Thread(_) => "store_thread",
         }
@@ -246,6 +259,10 @@ mod tests {
             StoreError::EmptyEventKind,
             StoreError::Closed,
             StoreError::BadChange(String::new()),
+            StoreError::AfterRefused {
+                doc: DocId([1; 16]),
+                why: String::new(),
+            },
         ];
         let codes: std::collections::BTreeSet<_> = errors.iter().map(|e| e.code()).collect();
         assert_eq!(codes.len(), errors.len());

@@ -2,7 +2,7 @@
 //! transaction per batch, the stored lists, loads (async for the server, `_sync` on a
 //! [`Db`] for the simulator).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use automerge::ActorId;
 
@@ -90,8 +90,19 @@ impl Prepared {
             merges: Vec::with_capacity(commits.len()),
             answers: Vec::with_capacity(commits.len()),
         };
+        // A list's commits build on one another: after one is refused, the later ones
+        // of the batch are too (stored, they would hold changes whose dependencies the
+        // store lacks, and the list would not load again).
+        let mut refused: BTreeMap<DocumentId, String> = BTreeMap::new();
         for commit in commits {
-            match batch(commit, now_ms).and_then(|b| b.check().map(|()| b)) {
+            let checked = match refused.get(&commit.doc) {
+                Some(why) => Err(StoreError::AfterRefused {
+                    doc: doc_id(&commit.doc),
+                    why: why.clone(),
+                }),
+                None => batch(commit, now_ms).and_then(|b| b.check().map(|()| b)),
+            };
+            match checked {
                 Ok(b) => {
                     if known.insert(commit.doc) {
                         p.new_lists.push(commit.doc);
@@ -102,7 +113,12 @@ impl Prepared {
                     p.merges.push((doc_id(&commit.doc), b));
                     p.answers.push(Ok(Vec::new()));
                 }
-                Err(e) => p.answers.push(Err(e)),
+                Err(e) => {
+                    refused
+                        .entry(commit.doc)
+                        .or_insert_with(|| format!("{e} ({})", e.code()));
+                    p.answers.push(Err(e));
+                }
             }
         }
         p
@@ -304,6 +320,48 @@ mod tests {
         );
         assert!(out[1].is_ok(), "{out:?}");
         assert_eq!(store.reported(doc_id(&good)).await.unwrap(), ["fine"]);
+        assert!(
+            !known.contains(&bad),
+            "nothing of the refused list was stored"
+        );
+        store.close().await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// After a commit of a list is refused, the later commits of that list in the same
+    /// batch are refused too — each may build on the refused one — and the other lists'
+    /// are stored.
+    #[tokio::test]
+    async fn a_list_s_commits_after_a_refused_one_are_refused_with_it() {
+        let dir =
+            std::env::temp_dir().join(format!("swarmtodo-persist-after-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(dir.join("hub.db")).await.unwrap();
+        let (good, bad) = (
+            DocumentId::from_bytes([1; 16]),
+            DocumentId::from_bytes([2; 16]),
+        );
+        let commits = [
+            commit(bad, "k".repeat(REPORTED_KEY_BYTES_MAX + 1)),
+            commit(good, "fine".to_owned()),
+            commit(bad, "small".to_owned()),
+            commit(good, "fine too".to_owned()),
+        ];
+        let mut known = BTreeSet::new();
+        let out = commit_all(&store, &mut known, &commits, 1).await.unwrap();
+        assert!(
+            matches!(out[0], Err(StoreError::TooLarge { .. })),
+            "{out:?}"
+        );
+        assert!(out[1].is_ok() && out[3].is_ok(), "{out:?}");
+        let after = out[2].as_ref().unwrap_err();
+        assert_eq!(after.code(), "store_after_refused");
+        assert!(after.to_string().contains("store_too_large"), "{after}");
+        assert_eq!(
+            store.reported(doc_id(&good)).await.unwrap(),
+            ["fine", "fine too"]
+        );
         assert!(
             !known.contains(&bad),
             "nothing of the refused list was stored"
