@@ -730,6 +730,44 @@ async fn the_holder_lets_go_of_the_peers_of_a_hub_that_died() {
     drop(c_lead);
 }
 
+/// A carrying hub paused past `SESSION_SILENT_MAX` leases: the holder lets its peer go,
+/// and when that hub wakes up its peer is told to reconnect (1012 `list_moved`), not
+/// that a hub stopped (1001).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_let_go_while_its_hub_slept_is_told_to_reconnect() {
+    use swarmtodo::client::{list_document_id, ClientError, Connection};
+    use swarmtodo::model::TodoList;
+
+    let nats = NatsServer::start("hubs-slept");
+    let dir = scratch("cluster-slept");
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    let doc = list_document_id("swarm");
+    let mut lead = crate::common::planned();
+    let mut c_lead = Connection::connect(&a.url, "lead").await.unwrap();
+    c_lead.sync(doc, &mut lead).await.unwrap();
+    let mut sub = TodoList::create(crate::common::actor(2));
+    let mut c_sub = Connection::connect(&b.url, "sub").await.unwrap();
+    c_sub.sync(doc, &mut sub).await.unwrap();
+    assert_eq!(a.metric("swarmtodo_connections").await, 2);
+
+    b.signal(libc::SIGSTOP);
+    let started = Instant::now();
+    while a.metric("swarmtodo_connections").await != 1 {
+        assert!(started.elapsed() < Duration::from_secs(10), "never let go");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.signal(libc::SIGCONT);
+    let ended = tokio::time::timeout(Duration::from_secs(10), c_sub.sync(doc, &mut sub))
+        .await
+        .expect("the peer was never closed");
+    match ended {
+        Err(ClientError::Closed(why)) => assert!(why.starts_with("1012 list_moved"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    drop(c_lead);
+}
+
 /// The tasks whose creation `events` carry.
 fn created(events: &[swarmtodo::proto::Event]) -> std::collections::BTreeSet<String> {
     events

@@ -13,7 +13,8 @@
 //! `alive` (every third of a lease) and `close` (the peer left); the authority sends
 //! `frame` and `close` (with why). The carrying hub closes the peer with 1012
 //! `list_moved` once the authority no longer holds the list; the authority lets a
-//! session go once its carrying hub has been silent for [`SESSION_SILENT_MAX`] leases.
+//! session go once its carrying hub has been silent for [`SESSION_SILENT_MAX`] leases,
+//! and says so with 1012 `list_moved` too (the peer reconnects if its hub wakes up).
 //!
 //! A connection is carried whole, and only while it syncs nothing on the carrying hub
 //! (`HubCore::hand_over`); frames it sends later for other lists go to the same hub.
@@ -260,8 +261,16 @@ impl Sessions {
                     }
                 }
             };
-            // Closed by the core (or the hub stopped): the carrying hub closes its peer.
-            let close = closed.unwrap_or_else(|| close(1001, "shutdown", "the hub stopped"));
+            // Closed by the core, or let go without a word (its hub was silent past
+            // SESSION_SILENT_MAX, or this hub's task ended): the carrying hub closes its
+            // peer, which reconnects and is carried anew.
+            let close = closed.unwrap_or_else(|| {
+                close(
+                    1012,
+                    "list_moved",
+                    "the list's hub let this carried session go: reconnect",
+                )
+            });
             let body = serde_json::to_vec(&close).unwrap_or_default();
             let _ = cluster.session_send(&to, &session, "close", &body).await;
             me.lock().remove(&session);
