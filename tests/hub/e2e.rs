@@ -511,3 +511,61 @@ async fn a_sync_peer_is_pushed_the_kinds_of_event_it_asked_for() {
     drop(hub);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A list the hub's store holds damaged (here: its first change gone, so every later one
+/// waits for a dependency) is refused — a sync peer closed with 1011 `list_unreadable`,
+/// a call answered `internal` — and the hub goes on serving its other lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_damaged_in_the_store_is_refused_and_the_others_are_served() {
+    use swarmtodo::client::http::{Api, HttpError};
+    use swarmtodo::client::ClientError;
+    use swarmtodo::proto::ErrorCode;
+
+    let dir = scratch("damaged-list");
+    let db = dir.join("hub.db");
+    let upsert = |id: &str| {
+        format!(
+            r#"{{"mode":"patch","ops":[{{"op":"upsert","task":{{"id":"{id}","content":"Do {id}"}}}}]}}"#
+        )
+    };
+    let hub = HubProc::start(&db);
+    let api = Api::new(&hub.url).unwrap().agent("lead");
+    for list in ["broken", "fine"] {
+        api.create(list).await.unwrap();
+        api.write(list, &upsert("t1")).await.unwrap();
+        api.write(list, &upsert("t2")).await.unwrap();
+    }
+    hub.kill9();
+    let store = rusqlite::Connection::open(&db).unwrap();
+    let gone = store
+        .execute(
+            "DELETE FROM changes WHERE id = (SELECT min(c.id) FROM changes c \
+             JOIN lists l ON l.id = c.list_id WHERE l.name = 'broken')",
+            [],
+        )
+        .unwrap();
+    assert_eq!(gone, 1);
+    drop(store);
+
+    let hub = HubProc::start(&db);
+    let api = Api::new(&hub.url).unwrap().agent("lead");
+    let e = api.read("broken", None).await.unwrap_err();
+    match &e {
+        HttpError::Api(e) => {
+            assert_eq!(e.code, ErrorCode::Internal, "{e:?}");
+            assert!(e.message.contains("damaged"), "{e:?}");
+        }
+        other => panic!("{other}"),
+    }
+    let mut peer = Connection::connect(&hub.url, "lead").await.unwrap();
+    let mut list = TodoList::create(actor(1));
+    match peer.sync(list_document_id("broken"), &mut list).await {
+        Err(ClientError::Closed(why)) => assert!(why.starts_with("1011 list_unreadable"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // The other list is served, by the same hub.
+    let fine = api.read("fine", None).await.unwrap();
+    let mut ids: Vec<_> = fine.tasks.iter().map(|t| t.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["t1", "t2"]);
+}

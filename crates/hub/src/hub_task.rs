@@ -204,7 +204,17 @@ pub(crate) async fn hub_task(
             }
             ToHub::Loaded(doc, loaded) => {
                 out.loading.remove(&doc);
-                let loaded = (*loaded).map_err(|e| ServeError::Store(e.to_string()))?;
+                let loaded = match *loaded {
+                    Ok(loaded) => loaded,
+                    // One list damaged in the store: refused, the others served.
+                    Err(e @ StoreError::Corrupt { .. }) => {
+                        tracing::error!(%doc, error = %e, "a stored list does not load: its peers and calls are refused");
+                        let fx = core.unreadable(now_ms(), doc, &e.to_string());
+                        perform(&mut core, &mut out, fx).await?;
+                        continue;
+                    }
+                    Err(e) => return Err(ServeError::Store(e.to_string())),
+                };
                 tracing::debug!(%doc, found = loaded.is_some(), "list loaded for a peer");
                 let held = core.doc_count();
                 let fx = core.loaded(now_ms(), doc, loaded);

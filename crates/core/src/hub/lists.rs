@@ -93,6 +93,23 @@ impl HubCore {
         self.elsewhere(now_ms, id, why, true)
     }
 
+    /// List `id`'s stored document does not load (`why`: the store is damaged). The
+    /// connections that asked for it are closed with 1011 `list_unreadable` and the
+    /// calls waiting for it answered `internal`, each with `why`; every other list is
+    /// served as usual, and the next peer or call that asks for it loads it again.
+    pub fn unreadable(&mut self, now_ms: i64, id: DocumentId, why: &str) -> Effects {
+        let message = format!(
+            "the hub's store holds this list damaged ({why}): its operator must restore the \
+             store; the hub's other lists are served"
+        );
+        let refused = Refusal {
+            close: (1011, "list_unreadable"),
+            error: crate::proto::ErrorCode::Internal,
+            message,
+        };
+        self.refuse_waiting(now_ms, id, refused, false).0
+    }
+
     fn elsewhere(
         &mut self,
         now_ms: i64,
@@ -100,10 +117,31 @@ impl HubCore {
         why: &str,
         hand: bool,
     ) -> (Effects, Vec<Handover>) {
+        let refused = Refusal {
+            close: (1013, "list_elsewhere"),
+            error: crate::proto::ErrorCode::ListElsewhere,
+            message: format!("{why}: connect to that hub, or retry here later"),
+        };
+        self.refuse_waiting(now_ms, id, refused, hand)
+    }
+
+    /// Refuses the connections and calls waiting for list `id` as `refused` says; with
+    /// `hand`, the connections that sync nothing here are handed over instead.
+    fn refuse_waiting(
+        &mut self,
+        now_ms: i64,
+        id: DocumentId,
+        refused: Refusal,
+        hand: bool,
+    ) -> (Effects, Vec<Handover>) {
         let mut fx = Effects::default();
         let mut handed: Vec<Handover> = Vec::new();
         self.clock_ms = now_ms;
-        let message = format!("{why}: connect to that hub, or retry here later");
+        let Refusal {
+            close: (code, reason),
+            error,
+            message,
+        } = refused;
         for (c, frame) in self.waiting.remove(&id).map(|w| w.0).unwrap_or_default() {
             if let Some(h) = handed.iter_mut().find(|h| h.conn == c) {
                 h.frames.push(frame);
@@ -124,18 +162,12 @@ impl HubCore {
                     });
                     self.conns.remove(&c);
                 }
-                _ => self.fail(c, 1013, "list_elsewhere", message.clone(), &mut fx),
+                _ => self.fail(c, code, reason, message.clone(), &mut fx),
             }
         }
         for w in self.calls.remove(&id).unwrap_or_default() {
-            fx.answers.push((
-                w.id,
-                Err(super::calls::error(
-                    crate::proto::ErrorCode::ListElsewhere,
-                    None,
-                    message.clone(),
-                )),
-            ));
+            fx.answers
+                .push((w.id, Err(super::calls::error(error, None, message.clone()))));
         }
         (fx, handed)
     }
@@ -364,4 +396,15 @@ impl HubCore {
         self.flush_summaries(now_ms, true, &mut fx);
         fx
     }
+}
+
+/// How the connections and calls waiting for a list that cannot be loaded here are
+/// refused.
+struct Refusal {
+    /// The connections' close code and reason.
+    close: (u16, &'static str),
+    /// The calls' error code.
+    error: crate::proto::ErrorCode,
+    /// What both are told.
+    message: String,
 }
