@@ -24,7 +24,7 @@ use crate::behave::{self, GUARD_TASKS};
 use crate::outcome::{LiveConfig, LiveStats, SimError, SlowReaderOutcome, Stats, SAMPLE_MS};
 use crate::rng::Rng;
 use crate::scenario::{RoleSpec, Scenario};
-use swarmtodo_client::{list_document_id, Connection};
+use swarmtodo_client::{list_document_id, ClientError, Connection};
 use swarmtodo_core::model::{TodoList, WriteContext};
 use swarmtodo_proto::wire::DocumentId;
 
@@ -38,6 +38,9 @@ pub const SLOW_READER_WINDOW_MS: u64 = 12_000;
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long reading a list from the hub for the checker may take.
 pub const READ_BACK_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the checker waits to read a list again after the hub closed its read with
+/// 1012 or 1013 (the list changing hands).
+pub const READ_BACK_RETRY: Duration = Duration::from_millis(200);
 /// Most controller log lines kept.
 pub const LOG_LINES_MAX: usize = 100_000;
 
@@ -734,17 +737,33 @@ pub(super) async fn drive(
     let url = authed(&shared.url(), &access.checker);
     let mut hub_lists = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
-        let mut list = TodoList::create(ActorId::from(rng.bytes16()));
-        let read = async {
-            let mut conn = Connection::connect(&url, &format!("{CHECKER_AGENT}-{i}")).await?;
-            conn.sync(*doc, &mut list).await?;
-            conn.close().await
+        let actor = ActorId::from(rng.bytes16());
+        let deadline = tokio::time::Instant::now() + READ_BACK_TIMEOUT;
+        // A client closed with 1012 `list_moved` or 1013 `list_elsewhere` (the list
+        // changing hands between hubs) reconnects, as an agent does.
+        let read = loop {
+            let mut list = TodoList::create(actor.clone());
+            let read = async {
+                let mut conn = Connection::connect(&url, &format!("{CHECKER_AGENT}-{i}")).await?;
+                conn.sync(*doc, &mut list).await?;
+                conn.close().await
+            };
+            match tokio::time::timeout_at(deadline, read).await {
+                Ok(Ok(())) => break Ok(list),
+                Ok(Err(ClientError::Closed(why)))
+                    if why.starts_with("1012 ") || why.starts_with("1013 ") =>
+                {
+                    tracing::info!(%doc, why, "the checker's read of a list was closed: again");
+                    tokio::time::sleep(READ_BACK_RETRY).await;
+                }
+                Ok(Err(e)) => break Err(e.to_string()),
+                Err(_) => break Err(format!("no answer within {READ_BACK_TIMEOUT:?}")),
+            }
         };
-        let ok = matches!(
-            tokio::time::timeout(READ_BACK_TIMEOUT, read).await,
-            Ok(Ok(()))
+        hub_lists.push(
+            read.map_err(|why| tracing::warn!(%doc, why, "the checker could not read a list"))
+                .ok(),
         );
-        hub_lists.push(ok.then_some(list));
     }
 
     // Stop the hubs as an operator would.

@@ -49,7 +49,8 @@ use std::time::{Duration, Instant};
 pub use self::access::{Access, CHECKER_AGENT, SLOW_READER_AGENT, SLOW_WRITER_AGENT};
 use self::controller::drive;
 pub use self::controller::{
-    LOG_LINES_MAX, QUIET_SAMPLES, READ_BACK_TIMEOUT, SETUP_TIMEOUT, SLOW_READER_WINDOW_MS,
+    LOG_LINES_MAX, QUIET_SAMPLES, READ_BACK_RETRY, READ_BACK_TIMEOUT, SETUP_TIMEOUT,
+    SLOW_READER_WINDOW_MS,
 };
 use self::hub::HubCommand;
 pub use self::hub::{HUB_START_TIMEOUT, HUB_STOP_TIMEOUT};
