@@ -691,13 +691,24 @@ impl LogAudit {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_holder_lets_go_of_the_peers_of_a_hub_that_died() {
+/// Two hubs, hub-a holding the list "swarm" with the lead connected there, and "sub"
+/// connected at hub-b, which carries it to hub-a.
+struct Carried {
+    _nats: NatsServer,
+    a: HubProc,
+    b: HubProc,
+    doc: swarmtodo::proto::wire::DocumentId,
+    _lead: swarmtodo::client::Connection,
+    sub: swarmtodo::client::Connection,
+    sub_list: swarmtodo::model::TodoList,
+}
+
+async fn sub_carried(name: &str) -> Carried {
     use swarmtodo::client::{list_document_id, Connection};
     use swarmtodo::model::TodoList;
 
-    let nats = NatsServer::start("hubs-silent");
-    let dir = scratch("cluster-silent");
+    let nats = NatsServer::start(&format!("hubs-{name}"));
+    let dir = scratch(&format!("cluster-{name}"));
     let a = hub_in(&nats, &dir, "hub-a");
     let b = hub_in(&nats, &dir, "hub-b");
     let doc = list_document_id("swarm");
@@ -713,21 +724,38 @@ async fn the_holder_lets_go_of_the_peers_of_a_hub_that_died() {
         2,
         "the lead, and sub carried here"
     );
+    Carried {
+        _nats: nats,
+        a,
+        b,
+        doc,
+        _lead: c_lead,
+        sub: c_sub,
+        sub_list: sub,
+    }
+}
 
-    // hub-b dies without a word: hub-a lets its peer go once hub-b has been silent for
-    // SESSION_SILENT_MAX leases (1 s each here).
-    b.kill9();
+/// Waits until `hub` serves only `n` connections; how long that took.
+async fn until_connections(hub: &HubProc, n: u64) -> Duration {
     let started = Instant::now();
-    while a.metric("swarmtodo_connections").await != 1 {
+    while hub.metric("swarmtodo_connections").await != n {
         assert!(started.elapsed() < Duration::from_secs(10), "never let go");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let waited = started.elapsed();
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_lets_go_of_the_peers_of_a_hub_that_died() {
+    let c = sub_carried("silent").await;
+    // hub-b dies without a word: hub-a lets its peer go once hub-b has been silent for
+    // SESSION_SILENT_MAX leases (1 s each here).
+    c.b.kill9();
+    let waited = until_connections(&c.a, 1).await;
     assert!(
         waited > Duration::from_secs(2),
         "let go after {waited:?}, before hub-b was silent long enough"
     );
-    drop(c_lead);
 }
 
 /// A carrying hub paused past `SESSION_SILENT_MAX` leases: the holder lets its peer go,
@@ -735,37 +763,19 @@ async fn the_holder_lets_go_of_the_peers_of_a_hub_that_died() {
 /// that a hub stopped (1001).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_let_go_while_its_hub_slept_is_told_to_reconnect() {
-    use swarmtodo::client::{list_document_id, ClientError, Connection};
-    use swarmtodo::model::TodoList;
+    use swarmtodo::client::ClientError;
 
-    let nats = NatsServer::start("hubs-slept");
-    let dir = scratch("cluster-slept");
-    let a = hub_in(&nats, &dir, "hub-a");
-    let b = hub_in(&nats, &dir, "hub-b");
-    let doc = list_document_id("swarm");
-    let mut lead = crate::common::planned();
-    let mut c_lead = Connection::connect(&a.url, "lead").await.unwrap();
-    c_lead.sync(doc, &mut lead).await.unwrap();
-    let mut sub = TodoList::create(crate::common::actor(2));
-    let mut c_sub = Connection::connect(&b.url, "sub").await.unwrap();
-    c_sub.sync(doc, &mut sub).await.unwrap();
-    assert_eq!(a.metric("swarmtodo_connections").await, 2);
-
-    b.signal(libc::SIGSTOP);
-    let started = Instant::now();
-    while a.metric("swarmtodo_connections").await != 1 {
-        assert!(started.elapsed() < Duration::from_secs(10), "never let go");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    b.signal(libc::SIGCONT);
-    let ended = tokio::time::timeout(Duration::from_secs(10), c_sub.sync(doc, &mut sub))
+    let mut c = sub_carried("slept").await;
+    c.b.signal(libc::SIGSTOP);
+    until_connections(&c.a, 1).await;
+    c.b.signal(libc::SIGCONT);
+    let ended = tokio::time::timeout(Duration::from_secs(10), c.sub.sync(c.doc, &mut c.sub_list))
         .await
         .expect("the peer was never closed");
     match ended {
         Err(ClientError::Closed(why)) => assert!(why.starts_with("1012 list_moved"), "{why}"),
         other => panic!("{other:?}"),
     }
-    drop(c_lead);
 }
 
 /// The tasks whose creation `events` carry.

@@ -296,43 +296,11 @@ mod tests {
         }
     }
 
-    /// A commit the store refuses for its own content is left out; the others of the
-    /// same transaction are stored (the hub then isolates only that list).
+    /// A commit the store refuses for its own content is left out, and so are the later
+    /// commits of its list in the same transaction — each may build on the refused one;
+    /// the other lists' are stored (the hub then isolates only that list).
     #[tokio::test]
-    async fn a_refused_commit_leaves_the_others_of_its_batch_stored() {
-        let dir = std::env::temp_dir().join(format!("swarmtodo-persist-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(dir.join("hub.db")).await.unwrap();
-        let (good, bad) = (
-            DocumentId::from_bytes([1; 16]),
-            DocumentId::from_bytes([2; 16]),
-        );
-        let commits = [
-            commit(bad, "k".repeat(REPORTED_KEY_BYTES_MAX + 1)),
-            commit(good, "fine".to_owned()),
-        ];
-        let mut known = BTreeSet::new();
-        let out = commit_all(&store, &mut known, &commits, 1).await.unwrap();
-        assert!(
-            matches!(out[0], Err(StoreError::TooLarge { .. })),
-            "{out:?}"
-        );
-        assert!(out[1].is_ok(), "{out:?}");
-        assert_eq!(store.reported(doc_id(&good)).await.unwrap(), ["fine"]);
-        assert!(
-            !known.contains(&bad),
-            "nothing of the refused list was stored"
-        );
-        store.close().await.unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    /// After a commit of a list is refused, the later commits of that list in the same
-    /// batch are refused too — each may build on the refused one — and the other lists'
-    /// are stored.
-    #[tokio::test]
-    async fn a_list_s_commits_after_a_refused_one_are_refused_with_it() {
+    async fn a_refused_commit_and_its_list_s_later_ones_are_left_out_the_others_stored() {
         let dir =
             std::env::temp_dir().join(format!("swarmtodo-persist-after-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
