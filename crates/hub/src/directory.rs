@@ -341,33 +341,29 @@ async fn keep_watching(
 ) {
     loop {
         match cluster.watch(bucket).await {
-            Ok(mut w) => {
+            Ok(mut w) => loop {
+                // What the keys so far brought is in the index, the tokens or the hub
+                // task's queue.
                 if w.is_current() {
                     heard.send_replace(true);
                 }
-                while let Some(k) = w.next().await {
-                    let k = match k {
-                        Ok(k) => k,
-                        Err(e) => {
-                            tracing::info!(bucket = bucket.name(), error = %e, "the cluster's directory: watched again");
-                            break;
-                        }
-                    };
-                    for input in each(k).unwrap_or_default() {
-                        let Some(to_hub) = to_hub.upgrade() else {
-                            return;
-                        };
-                        if to_hub.send(ToHub::Input(input)).await.is_err() {
-                            return;
-                        }
+                let k = match w.next().await {
+                    Some(Ok(k)) => k,
+                    Some(Err(e)) => {
+                        tracing::info!(bucket = bucket.name(), error = %e, "the cluster's directory: watched again");
+                        break;
                     }
-                    // What this key brought is in the index, the tokens or the hub
-                    // task's queue.
-                    if w.is_current() {
-                        heard.send_replace(true);
+                    None => break,
+                };
+                for input in each(k).unwrap_or_default() {
+                    let Some(to_hub) = to_hub.upgrade() else {
+                        return;
+                    };
+                    if to_hub.send(ToHub::Input(input)).await.is_err() {
+                        return;
                     }
                 }
-            }
+            },
             Err(e) => {
                 tracing::info!(bucket = bucket.name(), error = %e, "the cluster's directory cannot be watched yet")
             }
