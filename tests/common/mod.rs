@@ -349,7 +349,7 @@ pub fn with_token(url: &str, token: &str) -> String {
 
 /// A hub started with the configuration `toml` in scratch folder `name`; returns it
 /// and the folder.
-pub fn hub_with_config(name: &str, toml: &str) -> (HubProc, PathBuf) {
+pub fn hub_with_config(name: &str, toml: &str) -> (HubProc, Scratch) {
     let dir = scratch(name);
     let config = dir.join("swarmtodo.toml");
     std::fs::write(&config, toml).unwrap();
@@ -362,11 +362,40 @@ pub fn hub_with_config(name: &str, toml: &str) -> (HubProc, PathBuf) {
 }
 
 /// A fresh scratch folder for one test.
-pub fn scratch(name: &str) -> PathBuf {
+pub fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("swarmtodo-e2e-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
+}
+
+/// A test's scratch folder (its hubs' stores, logs and configurations). Removed when
+/// dropped, unless the test is failing: then it is kept, and its path printed, so what
+/// the hubs left can be read.
+#[derive(Debug)]
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("the failing test's folder is kept: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// The lead's plan: t1..t3, pending, unowned, written by "lead" (actor 1).
@@ -464,7 +493,7 @@ pub struct NatsServer {
     /// `nats://127.0.0.1:PORT`.
     pub url: String,
     /// Where JetStream keeps its files.
-    pub dir: PathBuf,
+    pub dir: Scratch,
 }
 
 impl NatsServer {
@@ -531,7 +560,6 @@ impl NatsServer {
 impl Drop for NatsServer {
     fn drop(&mut self) {
         self.process.kill9();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

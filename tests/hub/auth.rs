@@ -34,7 +34,7 @@ role = "observer"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_admit_agents_with_their_roles() {
-    let (hub, dir) = hub_with_config("auth", CONFIG);
+    let (hub, _dir) = hub_with_config("auth", CONFIG);
     let doc = list_document_id("secured");
 
     // No token, or an unknown one: refused at the WebSocket upgrade, with a reason.
@@ -139,7 +139,6 @@ async fn tokens_admit_agents_with_their_roles() {
     let err = c_lead.sync(board, &mut b).await.unwrap_err();
     assert!(err.to_string().contains("observer"), "{err}");
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn serve_fails(args: &[&str]) -> String {
@@ -176,5 +175,4 @@ fn a_bad_config_or_an_open_public_hub_is_refused_with_the_reason() {
         dir.join("x.db").to_str().unwrap(),
     ]);
     assert!(err.contains("needs tokens"), "{err}");
-    let _ = std::fs::remove_dir_all(dir);
 }

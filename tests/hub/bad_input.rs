@@ -10,7 +10,6 @@
 //! (`crates/core/src/syncmsg/tests.rs`), rebuilt here.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,17 +40,16 @@ use swarmtodo::model::TodoList;
 /// A hub with its own scratch folder (removed when dropped).
 struct NamedHub {
     hub: HubProc,
-    dir: PathBuf,
+    /// Removed after the hub is stopped.
+    _dir: Scratch,
 }
 
 impl NamedHub {
     fn start(name: &str) -> NamedHub {
-        let dir = std::env::temp_dir().join(format!("swarmtodo-bad-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch(&format!("bad-{name}"));
         let hub = HubProc::start(&dir.join("hub.db"));
         assert!(hub.url.starts_with("ws://127.0.0.1:"), "{}", hub.url);
-        NamedHub { hub, dir }
+        NamedHub { hub, _dir: dir }
     }
 }
 
@@ -72,7 +70,6 @@ impl Drop for NamedHub {
     fn drop(&mut self) {
         let _ = self.hub.child.kill();
         let _ = self.hub.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

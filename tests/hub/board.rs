@@ -535,5 +535,4 @@ async fn the_board_shows_a_live_list_acts_as_its_lead_and_shows_5000_tasks() {
     println!("board: figures in {}", report.display());
     drop(b);
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }

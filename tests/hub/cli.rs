@@ -155,7 +155,6 @@ fn a_shell_script_writes_reads_claims_and_follows_a_list() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3), "{o:?}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -224,7 +223,6 @@ fn read_and_events_print_the_markdown_acp_and_codex_projections() {
         "{o:?}"
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A build without the `nats` feature (`cargo build --no-default-features`) refuses

@@ -210,5 +210,4 @@ async fn a_delegated_task_rolls_up_from_its_list_with_events_on_both_across_a_re
     assert_eq!(kinds(&sub, "delegated").len(), 1, "{sub:?}");
     assert_eq!(kinds(&sub, "delegated")[0]["parent"], "plan");
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }

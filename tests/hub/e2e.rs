@@ -111,7 +111,6 @@ async fn rust_clients_sync_through_the_hub_and_the_repair_reaches_everyone() {
         assert_eq!(list.version(), obs.version(), "{who} converged");
     }
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,7 +165,6 @@ async fn acknowledged_writes_survive_kill_9() {
         "everything acknowledged is back after kill -9"
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,7 +198,6 @@ async fn js_automerge_repo_client_shares_the_list_and_its_violation_is_repaired(
         Some("js-agent")
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The actor that wrote `id`'s owner field.
@@ -243,7 +240,6 @@ async fn two_agents_creating_one_list_at_once_end_with_one_list() {
     );
     assert_eq!(a.read(), b.read());
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[cfg(unix)]
@@ -277,7 +273,6 @@ async fn sigterm_stops_the_hub_gracefully_and_keeps_the_data() {
     conn.sync(doc, &mut r).await.unwrap();
     assert_eq!(r.read().tasks[0].content, "Keep me");
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Waits (bounded) until `rx`'s snapshot satisfies `ok`.
@@ -362,7 +357,6 @@ async fn synced_lists_follow_each_other_and_writes_made_offline_arrive_after_a_r
     a.close();
     b.close();
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A peer that was away while more changes landed than one message can carry
@@ -446,7 +440,6 @@ async fn a_peer_back_after_more_than_a_message_of_changes_syncs_both_ways() {
     assert_eq!(a, l, "both replicas at the same heads");
     c.close().await.unwrap();
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A sync peer is pushed the kinds of event it asked for on its URL (`?events=`): by
@@ -509,7 +502,6 @@ async fn a_sync_peer_is_pushed_the_kinds_of_event_it_asked_for() {
         .to_string();
     assert!(refused.contains("400"), "{refused}");
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A list the hub's store holds damaged (here: its first change gone, so every later one

@@ -161,7 +161,6 @@ async fn a_list_is_created_read_and_written_over_http_and_sync_peers_share_it() 
         (200, vec!["t1".to_owned(), "t2".to_owned()])
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -297,7 +296,6 @@ async fn every_list_is_listed_with_its_tasks_by_status_and_its_version() {
     let (s, refused) = http(&hub, "POST", "/v1/lists", AS_LEAD, "{}").await;
     assert_eq!((s, &refused["code"]), (405, &json!("method_not_allowed")));
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -383,7 +381,6 @@ async fn a_tasks_history_names_who_changed_what_over_http() {
     let (s, e) = http(&hub, "POST", "/v1/lists/hist/tasks/t1/history", AS_LEAD, "").await;
     assert_eq!((s, e["code"].as_str()), (405, Some("method_not_allowed")));
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -418,7 +415,6 @@ async fn compare_and_set_refuses_a_moved_list_and_a_stale_replace_keeps_what_oth
     assert_eq!(ids(&w["snapshot"]), ["a", "b"]);
     assert_eq!(w["snapshot"]["tasks"][0]["content"], "First, renamed");
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -512,12 +508,11 @@ async fn fifty_concurrent_claimers_of_twenty_ready_tasks_never_share_one() {
         "{metrics}"
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn tokens_and_roles_hold_on_every_path() {
-    let (hub, dir) = hub_with_config("http-tokens", TOKENS_CONFIG);
+    let (hub, _dir) = hub_with_config("http-tokens", TOKENS_CONFIG);
     let lead = format!("Bearer {LEAD_TOKEN}");
     let worker = format!("Bearer {WORKER_TOKEN}");
     let observer = format!("Bearer {OBSERVER_TOKEN}");
@@ -609,7 +604,6 @@ async fn tokens_and_roles_hold_on_every_path() {
         "{c}"
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -707,7 +701,6 @@ async fn bad_input_gets_its_status_and_code_and_changes_nothing() {
     let (_, after) = http(&hub, "GET", "/v1/lists/bad", &[], "").await;
     assert_eq!(after["version"], version, "a refused call changed the list");
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Reads an event stream until `until` says stop (given the seqs so far), or for at most
@@ -819,7 +812,6 @@ async fn an_event_stream_resumed_with_last_event_id_has_every_event_once() {
     let (s, e) = http(&hub, "GET", "/v1/lists/nowhere/events", &[], "").await;
     assert_eq!((s, e["code"].as_str()), (404, Some("unknown_list")));
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A reader that stops reading while more than `STREAM_BUFFERED_MAX` events are
@@ -927,7 +919,6 @@ async fn a_reader_past_the_stream_buffer_gets_every_event_from_the_store() {
         log.lock().unwrap().iter().rev().take(5).collect::<Vec<_>>()
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -956,7 +947,6 @@ async fn completing_the_last_dependency_unblocks_a_task_with_an_event_and_it_can
     let (s, c) = http(&hub, "POST", "/v1/lists/deps/claim", &[], &claim).await;
     assert_eq!((s, c["task"]["id"].as_str()), (200, Some("c")), "{c}");
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A request whose head or body never arrives whole does not hold its connection past
@@ -1008,7 +998,6 @@ async fn slow_or_oversize_requests_are_cut_off_and_the_hub_serves_the_others() {
     let (s, _) = http(&hub, "GET", "/healthz", &[], "").await;
     assert_eq!(s, 200);
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// List `list` with a task, a sync peer in step with it, then a second write that peer
@@ -1066,7 +1055,6 @@ async fn a_wait_answers_when_every_connected_agent_holds_the_version() {
     let (s, e) = http(&hub, "GET", "/v1/lists/barrier/wait", &[], "").await;
     assert_eq!((s, e["code"].as_str()), (400, Some("missing_field")));
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `WAITS_MAX` waits may be open at once; one more is refused with `limit_exceeded`,
@@ -1097,7 +1085,6 @@ async fn waits_past_the_bound_are_refused_and_the_open_ones_still_answer() {
         assert_eq!((s, &a["acknowledged"]), (200, &json!(false)), "{a}");
     }
     drop(conn);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A stream with nothing more to say (the snapshot and the list's creation sent) sends
@@ -1134,7 +1121,6 @@ async fn a_quiet_event_stream_sends_keep_alive_comments() {
     let body = &got[got.find("\r\n\r\n").unwrap() + 4..];
     assert!(body.starts_with("event: snapshot\n"), "{body}");
     assert!(body.ends_with("\n\n: keep-alive\n\n"), "{body}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The head of the answer to a raw request (up to its blank line).
@@ -1203,5 +1189,4 @@ async fn the_board_is_served_at_the_root_and_sync_peers_still_connect_there() {
     let answer = String::from_utf8_lossy(&answer[..n]);
     assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -23,7 +23,7 @@ fn content(list: &TodoList, id: &str) -> String {
 /// change with that actor and sequence number merges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_writing_with_the_leads_actor_is_refused_and_the_lead_keeps_syncing() {
-    let (hub, dir) = hub_with_config("identity-forge", TOKENS_CONFIG);
+    let (hub, _dir) = hub_with_config("identity-forge", TOKENS_CONFIG);
     let doc = list_document_id("forged");
 
     // The lead plans with actor 1 (its first change binds the actor to "lead").
@@ -98,5 +98,4 @@ async fn a_worker_writing_with_the_leads_actor_is_refused_and_the_lead_keeps_syn
     c_obs.sync(doc, &mut obs).await.unwrap();
     assert_eq!(content(&obs, "t3"), "And another");
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }

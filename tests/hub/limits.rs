@@ -5,7 +5,6 @@
 //! the hub took, only what it did within a generous bound.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // In tests a panic is the failure report.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -26,7 +25,8 @@ const WAIT: Duration = Duration::from_secs(30);
 /// A hub with its own scratch folder and configuration file (removed when dropped).
 struct LimitedHub {
     hub: HubProc,
-    dir: PathBuf,
+    /// Removed after the hub is stopped.
+    _dir: Scratch,
 }
 
 impl LimitedHub {
@@ -39,7 +39,7 @@ impl LimitedHub {
             "127.0.0.1:0",
             &["--config", path.to_str().unwrap()],
         );
-        LimitedHub { hub, dir }
+        LimitedHub { hub, _dir: dir }
     }
 }
 
@@ -47,7 +47,6 @@ impl Drop for LimitedHub {
     fn drop(&mut self) {
         let _ = self.hub.child.kill();
         let _ = self.hub.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -446,7 +445,6 @@ async fn list_creation_is_paced_and_lists_nobody_syncs_leave_memory() {
         .unwrap();
     assert_eq!(stored.len(), BURST - 1, "stored lists");
     assert!(!stored.contains(&swarmtodo::store::DocId(*named.as_bytes())));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The figure of the hostile review: the hub's RSS after 5,000 lists created (without
@@ -494,5 +492,4 @@ async fn rss_after_5000_list_creations() {
         hub.peak_rss_kib() / 1024
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(&dir);
 }

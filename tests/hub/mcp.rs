@@ -73,7 +73,6 @@ async fn a_real_mcp_client_uses_every_tool_with_its_own_payloads_and_is_notified
         "{errors:?}"
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -97,7 +96,6 @@ async fn two_codex_agents_sending_stale_plans_concurrently_lose_nothing_and_reve
         );
     }
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -143,7 +141,6 @@ async fn the_readme_example_one_lead_and_three_subagents_completes_every_task_on
     assert_eq!(done, all, "each task done once");
     assert!(tasks.iter().all(|t| t["status"] == "completed"));
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
@@ -158,5 +155,4 @@ async fn a_task_delegated_over_mcp_rolls_up_when_the_subagent_finishes() {
         "the parent task follows the subagent's list"
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }

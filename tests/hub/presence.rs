@@ -20,7 +20,7 @@ const LEASE_MS: u64 = 1_500;
 /// How long a test waits for what it expects before it fails.
 const WAIT: Duration = Duration::from_secs(30);
 
-fn hub_with_lease(name: &str, action: &str) -> (HubProc, std::path::PathBuf) {
+fn hub_with_lease(name: &str, action: &str) -> (HubProc, Scratch) {
     hub_with_config(
         name,
         &format!("[policy]\nlease_ms = {LEASE_MS}\nlease = \"{action}\"\n"),
@@ -78,7 +78,7 @@ async fn plan(hub: &HubProc, list: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_releases_the_task_of_an_agent_gone_and_spares_one_still_connected() {
-    let (hub, dir) = hub_with_lease("lease-release", "release");
+    let (hub, _dir) = hub_with_lease("lease-release", "release");
     plan(&hub, "board").await;
     // w1 claims over HTTP and goes silent; w2 syncs the list and claims, and stays.
     let claimed = api(&hub, "w1").claim("board", Some("t1")).await.unwrap();
@@ -140,12 +140,11 @@ async fn a_lease_releases_the_task_of_an_agent_gone_and_spares_one_still_connect
         .unwrap_or_else(|| panic!("no lease counter in {metrics}"));
     assert!((2..=3).contains(&leases), "{metrics}");
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_on_report_names_the_tasks_and_leaves_them_to_their_owner() {
-    let (hub, dir) = hub_with_lease("lease-report", "report");
+    let (hub, _dir) = hub_with_lease("lease-report", "report");
     plan(&hub, "board").await;
     api(&hub, "w1").claim("board", Some("t1")).await.unwrap();
     let events = events_until(&hub, "board", |e| expired(e, "w1").is_some()).await;
@@ -157,5 +156,4 @@ async fn a_lease_on_report_names_the_tasks_and_leaves_them_to_their_owner() {
         (Status::InProgress, Some("w1"))
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -30,7 +30,7 @@ fn peer_id(s: &str) -> PeerId {
 }
 
 /// A hub started with [`TOKENS_CONFIG`] in its own scratch folder.
-fn hub_with_tokens(name: &str) -> (HubProc, std::path::PathBuf) {
+fn hub_with_tokens(name: &str) -> (HubProc, Scratch) {
     hub_with_config(name, TOKENS_CONFIG)
 }
 
@@ -151,7 +151,7 @@ fn event_data(seq: u64, note: &str) -> Vec<u8> {
 /// listener on the list hears only the one honest relay, with its true sender.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_hub_speaks_for_the_hub_and_only_writers_of_a_list_relay_to_it() {
-    let (hub, dir) = hub_with_tokens("relay-speak");
+    let (hub, _dir) = hub_with_tokens("relay-speak");
     let doc = list_document_id("relayed");
     let mut lead = planned();
     let mut c_lead = Connection::connect(&with_token(&hub.url, LEAD), "lead")
@@ -270,7 +270,6 @@ async fn only_the_hub_speaks_for_the_hub_and_only_writers_of_a_list_relay_to_it(
         "the listener hears the honest relay only: {heard:?}"
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The Rust client takes events only from its hub: a hostile hub that forwards an
@@ -507,5 +506,4 @@ async fn an_ephemeral_flood_costs_no_honest_peer_its_connection() {
         "the ephemeral budget closes flooders"
     );
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }

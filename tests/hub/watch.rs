@@ -255,5 +255,4 @@ fn watch_shows_a_list_live_in_a_terminal() {
     tmux.wait_for("watch's exit", |s| s.contains("watch exited: 0"));
     drop(tmux);
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }

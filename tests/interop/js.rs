@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::common::scratch;
 use automerge::{ActorId, Automerge, ObjType, ReadDoc, Value};
 use swarmtodo::authority::{Authority, Policy, Roles};
 use swarmtodo::model::{TodoList, WriteContext};
@@ -14,12 +15,6 @@ use swarmtodo::proto::{Priority, Resolution, Rule, Status, TaskPatch, WriteMode,
 
 fn js_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("swarmtodo-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]
@@ -153,5 +148,4 @@ fn js_peer_reads_rust_strings_and_rust_reads_js_text() {
     let (res, _) = edit.write(&req, &WriteContext::new("lead", 4, 4)).unwrap();
     assert!(res.changed);
     assert_eq!(edit.read().tasks[2].content, "Rewritten in Rust");
-    let _ = std::fs::remove_dir_all(dir);
 }

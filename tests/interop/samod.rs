@@ -278,7 +278,6 @@ async fn samod_reads_what_rust_wrote_and_rust_reads_what_samod_wrote() {
 
     peer.stop().await;
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,7 +350,6 @@ async fn samods_invariant_violation_is_repaired_for_every_replica() {
 
     peer.stop().await;
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -466,7 +464,6 @@ async fn rust_samod_and_js_share_one_list() {
 
     peer.stop().await;
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -482,5 +479,4 @@ async fn samod_find_of_an_unknown_list_answers_not_found() {
     assert!(found.is_none(), "the hub has no such list");
     peer.stop().await;
     drop(hub);
-    let _ = std::fs::remove_dir_all(dir);
 }
