@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use swarmtodo::client::http::{Api, HttpError};
 use swarmtodo::proto::{ErrorCode, Snapshot};
 
-use crate::common::{scratch, HubProc, NatsServer};
+use crate::common::{scratch, HubProc, NatsServer, Scratch};
 
 /// Hub `id` of the cluster on `nats`, its store in `dir`, leases of one second.
 fn hub_in(nats: &NatsServer, dir: &Path, id: &str) -> HubProc {
@@ -701,6 +701,8 @@ struct Carried {
     _lead: swarmtodo::client::Connection,
     sub: swarmtodo::client::Connection,
     sub_list: swarmtodo::model::TodoList,
+    /// Last: removed after the hubs stop.
+    _dir: Scratch,
 }
 
 async fn sub_carried(name: &str) -> Carried {
@@ -732,6 +734,7 @@ async fn sub_carried(name: &str) -> Carried {
         _lead: c_lead,
         sub: c_sub,
         sub_list: sub,
+        _dir: dir,
     }
 }
 
@@ -776,6 +779,68 @@ async fn a_peer_let_go_while_its_hub_slept_is_told_to_reconnect() {
         Err(ClientError::Closed(why)) => assert!(why.starts_with("1012 list_moved"), "{why}"),
         other => panic!("{other:?}"),
     }
+}
+
+/// A carrying hub cut from NATS for less than `SESSION_SILENT_MAX` leases misses what
+/// the holder sent its peer meanwhile: NATS keeps nothing for a subscriber that is
+/// away, and the holder does not let the session go. A session's messages are
+/// numbered, so the carrying hub sees the gap at the holder's next one and tells its
+/// peer to reconnect (1012): the peer gets the write it missed instead of waiting for
+/// it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_whose_hub_missed_the_holder_s_frames_reconnects_and_gets_them() {
+    use crate::common::{actor, patch, planned, task, upsert, write, Cut};
+    use swarmtodo::client::{list_document_id, Connection, SyncedList};
+    use swarmtodo::model::TodoList;
+
+    let nats = NatsServer::start("hubs-gap");
+    let dir = scratch("cluster-gap");
+    let cut = Cut::start(&nats.url).await.unwrap();
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_on(&cut.url, &dir, "hub-b", 1000);
+    let doc = list_document_id("swarm");
+    let mut lead = planned();
+    let mut c_lead = Connection::connect(&a.url, "lead").await.unwrap();
+    c_lead.sync(doc, &mut lead).await.unwrap();
+    let sub = SyncedList::with_list(&b.url, "sub", doc, TodoList::create(actor(2)));
+    let has = |id: &str| sub.read().tasks.iter().any(|t| t.id == id);
+    let started = Instant::now();
+    while !has("t3") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "sub never synced"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    until_connections(&a, 2).await;
+
+    // hub-b is away from NATS for 0.8 s (its client reconnects about a second after
+    // the cut): the lead's write reaches hub-a, and hub-a's frame to sub is lost.
+    cut.cut();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    write(
+        &mut lead,
+        "lead",
+        patch(vec![upsert(task("t4", "Written while hub-b was away"))]),
+    );
+    c_lead.sync(doc, &mut lead).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cut.heal();
+
+    let healed = Instant::now();
+    while !has("t4") {
+        assert!(
+            healed.elapsed() < Duration::from_secs(15),
+            "sub never got the write its hub missed: {:?}",
+            sub.read().tasks.iter().map(|t| &t.id).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "gap: sub had the missed write {:?} after the heal",
+        healed.elapsed()
+    );
+    drop((a, b, nats, dir));
 }
 
 /// The tasks whose creation `events` carry.

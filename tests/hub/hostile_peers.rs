@@ -42,15 +42,19 @@ async fn hostile_as(
     Some(printed_json(&out))
 }
 
-/// A hub, the lead's list `name` (t1..t3) synced to it, and the lead's connection.
-async fn hub_with_plan(test: &str, name: &str) -> (HubProc, DocumentId, TodoList, Connection) {
+/// A hub, its scratch folder, the lead's list `name` (t1..t3) synced to it, and the
+/// lead's connection.
+async fn hub_with_plan(
+    test: &str,
+    name: &str,
+) -> (HubProc, Scratch, DocumentId, TodoList, Connection) {
     let dir = scratch(test);
     let hub = HubProc::start(&dir.join("hub.db"));
     let doc = list_document_id(name);
     let mut lead = planned();
     let mut c = Connection::connect(&hub.url, "lead").await.unwrap();
     c.sync(doc, &mut lead).await.unwrap();
-    (hub, doc, lead, c)
+    (hub, dir, doc, lead, c)
 }
 
 fn violations(events: &[Event]) -> Vec<&Violation> {
@@ -85,7 +89,7 @@ async fn hub_serves_others(hub: &mut HubProc, when: &str) {
 /// stopped. Keys are digests and events list a bounded number of tasks and the count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_violation_over_a_thousand_tasks_keeps_the_hub_serving() {
-    let (mut hub, doc, mut lead, mut c) = hub_with_plan("wide", "wide").await;
+    let (mut hub, _dir, doc, mut lead, mut c) = hub_with_plan("wide", "wide").await;
     hostile(&hub.url, doc, "wide", 1_000).await;
     hub_serves_others(&mut hub, "after a wide violation").await;
 
@@ -120,7 +124,7 @@ async fn a_violation_over_a_thousand_tasks_keeps_the_hub_serving() {
 /// minute at 2,000). Now a bystander's round trip is as quick as beside any list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dependency_chain_does_not_stall_other_lists() {
-    let (mut hub, doc, mut lead, mut c) = hub_with_plan("chain", "chain").await;
+    let (mut hub, _dir, doc, mut lead, mut c) = hub_with_plan("chain", "chain").await;
     let url = hub.url.clone();
     let done = std::sync::atomic::AtomicBool::new(false);
     let (seen, slowest) = tokio::join!(
@@ -151,11 +155,11 @@ async fn a_dependency_chain_does_not_stall_other_lists() {
 }
 
 /// A hub that needs tokens (`TOKENS_CONFIG`): the lead's and a worker's URLs.
-fn hub_with_tokens(test: &str) -> (HubProc, String, String) {
-    let (hub, _) = hub_with_config(test, TOKENS_CONFIG);
+fn hub_with_tokens(test: &str) -> (HubProc, Scratch, String, String) {
+    let (hub, dir) = hub_with_config(test, TOKENS_CONFIG);
     let lead = with_token(&hub.url, LEAD_TOKEN);
     let worker = with_token(&hub.url, WORKER_TOKEN);
-    (hub, lead, worker)
+    (hub, dir, lead, worker)
 }
 
 /// The lead's plan with every task owned by the lead.
@@ -180,7 +184,7 @@ fn leads_plan() -> TodoList {
 /// attacker and a fresh reader all end with the lead's tasks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_cannot_wipe_the_list_or_rename_itself() {
-    let (mut hub, lead_url, worker_url) = hub_with_tokens("wipe");
+    let (mut hub, _dir, lead_url, worker_url) = hub_with_tokens("wipe");
     for mode in [
         "wipe-delete",
         "wipe-map",
@@ -236,7 +240,7 @@ async fn a_worker_cannot_wipe_the_list_or_rename_itself() {
 /// written, with no violation. Both are reported and repaired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn misshapen_tasks_are_reported_and_repaired() {
-    let (mut hub, doc, mut lead, mut c) = hub_with_plan("shapes", "shapes").await;
+    let (mut hub, _dir, doc, mut lead, mut c) = hub_with_plan("shapes", "shapes").await;
     let seen = hostile(&hub.url, doc, "shapes", 0).await.unwrap();
     hub.assert_alive("after misshapen tasks");
     assert_eq!(
@@ -262,7 +266,7 @@ async fn misshapen_tasks_are_reported_and_repaired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_peers_are_held_to_the_model_limits() {
     use swarmtodo::proto::{LIST_TASKS_MAX, TASK_TEXT_BYTES_MAX};
-    let (mut hub, doc, mut lead, mut c) = hub_with_plan("oversize", "oversize").await;
+    let (mut hub, _dir, doc, mut lead, mut c) = hub_with_plan("oversize", "oversize").await;
     hostile(&hub.url, doc, "oversize", 0).await.unwrap();
     hub.assert_alive("after oversized tasks");
     c.sync(doc, &mut lead).await.unwrap();

@@ -53,7 +53,7 @@ pub use self::log::{document_of, number_events, Entry, Logged, Read};
 #[cfg(feature = "nats")]
 pub use self::nats::{
     call_subject, headers, subject, Cluster, Follow, Forwarded, ForwardedCall, SessionMessages,
-    Watched, CALL_SUBJECT_PREFIX, LEASE_BUCKET, LOG_STREAM, LOG_SUBJECT_PREFIX, OP, SESSION,
+    Watched, CALL_SUBJECT_PREFIX, LEASE_BUCKET, LOG_STREAM, LOG_SUBJECT_PREFIX, OP, SEQ, SESSION,
     SESSION_SUBJECT_PREFIX, SNAPSHOT_SUBJECT_PREFIX,
 };
 pub use self::record::Snapshot;
@@ -138,6 +138,11 @@ pub struct SessionMessage {
     pub session: String,
     /// What it is.
     pub op: String,
+    /// Its number among the messages its sender sent in this session, from 1, so that
+    /// the receiver sees a message lost on the way (NATS keeps nothing for a hub that is
+    /// away); 0 for one sent without a number (a `close` for a session the sender does
+    /// not know).
+    pub seq: u64,
     /// What it carries.
     pub body: Vec<u8>,
 }

@@ -16,7 +16,7 @@ use swarmtodo_store::DocId;
 pub use self::directory::Watched;
 pub use self::follow::Follow;
 pub use self::forward::{
-    call_subject, Forwarded, ForwardedCall, SessionMessages, CALL_SUBJECT_PREFIX, OP, SESSION,
+    call_subject, Forwarded, ForwardedCall, SessionMessages, CALL_SUBJECT_PREFIX, OP, SEQ, SESSION,
     SESSION_SUBJECT_PREFIX,
 };
 pub use self::lease::LEASE_BUCKET;
@@ -122,16 +122,20 @@ impl Cluster {
         Forwarded::subscribe(self.client.clone(), &self.hub).await
     }
 
-    /// Sends `body` to hub `to` as a message `op` of session `session` (a sync peer of
-    /// a list `to` holds, carried by this hub; or that peer's answers, carried back).
+    /// Sends `body` to hub `to` as message `seq` (see [`SessionMessage::seq`]), `op`, of
+    /// session `session` (a sync peer of a list `to` holds, carried by this hub; or that
+    /// peer's answers, carried back).
+    ///
+    /// [`SessionMessage::seq`]: crate::SessionMessage::seq
     pub async fn session_send(
         &self,
         to: &str,
         session: &str,
         op: &str,
+        seq: u64,
         body: &[u8],
     ) -> Result<(), ClusterError> {
-        forward::session_send(&self.client, to, session, op, body).await
+        forward::session_send(&self.client, to, session, op, seq, body).await
     }
 
     /// The messages of the sessions other hubs hold with this one.

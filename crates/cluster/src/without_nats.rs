@@ -80,6 +80,7 @@ impl Cluster {
         _to: &str,
         _session: &str,
         _op: &str,
+        _seq: u64,
         _body: &[u8],
     ) -> Result<(), ClusterError> {
         match self.never {}

@@ -71,16 +71,72 @@ pub(crate) enum FromPeer {
 enum FromHolder {
     Frame(Vec<u8>),
     Close(Close),
+    /// Some of its messages were lost on the way.
+    Lost,
 }
 
-/// Where each session's messages go on this hub.
+/// Where each session's messages go on this hub, and the number of the message that
+/// comes next from the other hub.
 #[derive(Debug)]
 enum Route {
     /// A peer of this hub, carried to another: to its session's task.
-    Carried(mpsc::Sender<FromHolder>),
+    Carried {
+        tx: mpsc::Sender<FromHolder>,
+        next: u64,
+    },
     /// A peer of another hub, carried here: its connection in this hub's core, and when
     /// its hub was last heard from.
-    Held { conn: ConnId, heard: Instant },
+    Held {
+        conn: ConnId,
+        heard: Instant,
+        next: u64,
+    },
+}
+
+/// True when message `m` is the one that comes next in its session (`next`), which
+/// then counts it. A message without a number (from a hub that does not number them)
+/// is taken as it comes.
+fn in_order(next: &mut u64, m: &SessionMessage) -> bool {
+    if m.seq == 0 {
+        return true;
+    }
+    if m.seq != *next {
+        return false;
+    }
+    *next += 1;
+    true
+}
+
+/// One side of a session: its messages to the other hub, numbered in the order sent.
+struct Outgoing {
+    cluster: Cluster,
+    to: String,
+    session: String,
+    sent: u64,
+}
+
+impl Outgoing {
+    fn new(cluster: &Cluster, to: &str, session: &str) -> Outgoing {
+        Outgoing {
+            cluster: cluster.clone(),
+            to: to.to_owned(),
+            session: session.to_owned(),
+            sent: 0,
+        }
+    }
+
+    /// Sends message `op`. A failure is logged and its number stays spent: the other
+    /// hub sees the gap at the next message (every `alive` at the latest).
+    async fn send(&mut self, op: &str, body: &[u8]) {
+        self.sent += 1;
+        let sent = self
+            .cluster
+            .session_send(&self.to, &self.session, op, self.sent, body)
+            .await;
+        if let Err(e) = sent {
+            tracing::info!(session = self.session, op, error = %e, "a carried session's message was not sent");
+        }
+    }
 }
 
 /// The sessions of this hub, both ways.
@@ -144,35 +200,51 @@ impl Sessions {
         let input = {
             let mut routes = self.lock();
             match routes.get_mut(&m.session) {
-                Some(Route::Carried(tx)) => {
-                    let got = match m.op.as_str() {
-                        "frame" => FromHolder::Frame(m.body),
-                        _ => FromHolder::Close(serde_json::from_slice(&m.body).unwrap_or_else(
-                            |_| {
-                                close(
-                                    1012,
-                                    "list_moved",
-                                    "the hub holding the list closed: reconnect",
-                                )
-                            },
-                        )),
+                Some(Route::Carried { tx, next }) => {
+                    let got = if !in_order(next, &m) {
+                        tracing::info!(session = m.session, expected = *next, got = m.seq, "messages from the list's hub were lost on the way: its peer reconnects");
+                        Some(FromHolder::Lost)
+                    } else {
+                        match m.op.as_str() {
+                            "frame" => Some(FromHolder::Frame(m.body)),
+                            "alive" => None,
+                            _ => Some(FromHolder::Close(
+                                serde_json::from_slice(&m.body).unwrap_or_else(|_| {
+                                    close(
+                                        1012,
+                                        "list_moved",
+                                        "the hub holding the list closed: reconnect",
+                                    )
+                                }),
+                            )),
+                        }
                     };
-                    // A session too far behind loses its route: its task closes the peer.
-                    if tx.try_send(got).is_err() {
-                        routes.remove(&m.session);
+                    // A session too far behind, or missing messages, loses its route:
+                    // its task closes the peer.
+                    if let Some(got) = got {
+                        let lost = matches!(got, FromHolder::Lost);
+                        if tx.try_send(got).is_err() || lost {
+                            routes.remove(&m.session);
+                        }
                     }
                     None
                 }
-                Some(Route::Held { conn, heard }) => {
+                Some(Route::Held { conn, heard, next }) => {
                     *heard = Instant::now();
-                    match m.op.as_str() {
-                        "frame" => Some(Input::Frame(*conn, m.body)),
-                        "close" => {
-                            let conn = *conn;
-                            routes.remove(&m.session);
-                            Some(Input::Disconnected(conn))
+                    let conn = *conn;
+                    if !in_order(next, &m) {
+                        tracing::info!(session = m.session, expected = *next, got = m.seq, "messages from a carried peer's hub were lost on the way: letting the peer go");
+                        routes.remove(&m.session);
+                        Some(Input::Disconnected(conn))
+                    } else {
+                        match m.op.as_str() {
+                            "frame" => Some(Input::Frame(conn, m.body)),
+                            "close" => {
+                                routes.remove(&m.session);
+                                Some(Input::Disconnected(conn))
+                            }
+                            _ => None,
                         }
-                        _ => None,
                     }
                 }
                 None => {
@@ -192,7 +264,7 @@ impl Sessions {
                             let body = serde_json::to_vec(&close).unwrap_or_default();
                             self.cluster.spawn(async move {
                                 let _ = cluster
-                                    .session_send(&carrier, &m.session, "close", &body)
+                                    .session_send(&carrier, &m.session, "close", 0, &body)
                                     .await;
                             });
                         }
@@ -237,14 +309,19 @@ impl Sessions {
             Route::Held {
                 conn,
                 heard: Instant::now(),
+                next: m.seq + 1,
             },
         );
         // What the core sends the connection goes back to the carrying hub; its first
-        // frame answers the `join` below, which that hub answered itself.
-        let (cluster, session, to) = (self.cluster.clone(), m.session.clone(), from.to_owned());
+        // frame answers the `join` below, which that hub answered itself. An `alive`
+        // every third of a lease lets that hub see a frame lost on the way even when
+        // nothing follows it.
+        let mut out = Outgoing::new(&self.cluster, from, &m.session);
+        let every = self.cluster.lease_ttl() / 3;
         let me = self.clone();
         self.cluster.spawn(async move {
             let mut first = true;
+            let mut alive = tokio::time::interval(every);
             let closed = loop {
                 tokio::select! {
                     biased;
@@ -255,10 +332,9 @@ impl Sessions {
                         if std::mem::take(&mut first) {
                             continue;
                         }
-                        if let Err(e) = cluster.session_send(&to, &session, "frame", &f).await {
-                            tracing::info!(session, error = %e, "a carried peer's frame was not sent back");
-                        }
+                        out.send("frame", &f).await;
                     }
+                    _ = alive.tick() => out.send("alive", &[]).await,
                 }
             };
             // Closed by the core, or let go without a word (its hub was silent past
@@ -272,8 +348,8 @@ impl Sessions {
                 )
             });
             let body = serde_json::to_vec(&close).unwrap_or_default();
-            let _ = cluster.session_send(&to, &session, "close", &body).await;
-            me.lock().remove(&session);
+            out.send("close", &body).await;
+            me.lock().remove(&out.session);
         });
         let join = wire::encode(&WireMessage::Join {
             sender_id: peer,
@@ -308,7 +384,7 @@ impl Sessions {
             let mut routes = self.lock();
             let mut gone = Vec::new();
             routes.retain(|_, r| match r {
-                Route::Held { conn, heard } if heard.elapsed() > silent_max => {
+                Route::Held { conn, heard, .. } if heard.elapsed() > silent_max => {
                     gone.push(*conn);
                     false
                 }
@@ -337,7 +413,8 @@ impl Sessions {
         let (to_session, mut from_peer) = mpsc::channel::<FromPeer>(OUTBOX_FRAMES_MAX);
         let (to_me, mut from_holder) = mpsc::channel::<FromHolder>(OUTBOX_FRAMES_MAX);
         let session = format!("{}/{}-{}", self.cluster.hub(), self.process, handed.conn.0);
-        self.lock().insert(session.clone(), Route::Carried(to_me));
+        self.lock()
+            .insert(session.clone(), Route::Carried { tx: to_me, next: 1 });
         let me = self.clone();
         self.cluster.spawn(async move {
             let cluster = &me.cluster;
@@ -347,18 +424,12 @@ impl Sessions {
                 address: handed.address,
                 events: handed.events,
             };
-            let send = |op: &'static str, body: Vec<u8>| {
-                let (cluster, holder, session) = (cluster.clone(), holder.clone(), session.clone());
-                async move {
-                    if let Err(e) = cluster.session_send(&holder, &session, op, &body).await {
-                        tracing::info!(session, op, error = %e, "a carried peer's message was not sent");
-                    }
-                }
-            };
+            let mut out = Outgoing::new(cluster, &holder, &session);
             tracing::debug!(session, holder, %doc, "a peer carried to the list's hub");
-            send("open", serde_json::to_vec(&opened).unwrap_or_default()).await;
+            out.send("open", &serde_json::to_vec(&opened).unwrap_or_default())
+                .await;
             for f in handed.frames {
-                send("frame", f).await;
+                out.send("frame", &f).await;
             }
             let moved = until_moved(cluster, doc, &holder);
             tokio::pin!(moved);
@@ -380,6 +451,11 @@ impl Sessions {
                             me.lock().remove(&session);
                             return;
                         }
+                        Some(FromHolder::Lost) => break Some(close(
+                            1012,
+                            "session_lost",
+                            "messages between this hub and the list's hub were lost on the way: reconnect",
+                        )),
                         // Its route is gone: it fell too far behind.
                         None => {
                             tracing::info!(session, "a carried peer fell too far behind its hub's messages: closing a slow reader");
@@ -387,7 +463,7 @@ impl Sessions {
                         }
                     },
                     got = from_peer.recv() => match got {
-                        Some(FromPeer::Frame(f)) => send("frame", f).await,
+                        Some(FromPeer::Frame(f)) => out.send("frame", &f).await,
                         Some(FromPeer::Kick(c)) => break Some(c),
                         Some(FromPeer::Gone) => break None,
                         // The hub task let go of it (it fell behind, or the hub stops).
@@ -402,13 +478,13 @@ impl Sessions {
                         "list_moved",
                         &format!("hub {holder}, which this hub carried you to, no longer holds the list: reconnect"),
                     )),
-                    _ = alive.tick() => send("alive", Vec::new()).await,
+                    _ = alive.tick() => out.send("alive", &[]).await,
                 }
             };
             if let Some(c) = ended {
                 outbox.close(c);
             }
-            send("close", Vec::new()).await;
+            out.send("close", &[]).await;
             me.lock().remove(&session);
         });
         to_session

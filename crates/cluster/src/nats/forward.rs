@@ -37,6 +37,9 @@ pub const SESSION: &str = "Swarmtodo-Session";
 /// The header saying what a session's message is (the hub's words: open, frame, close).
 pub const OP: &str = "Swarmtodo-Op";
 
+/// The header numbering a session's messages in the direction they go (absent: 0).
+pub const SEQ: &str = "Swarmtodo-Seq";
+
 /// The subject hub `hub` receives forwarded calls on.
 pub fn call_subject(hub: &str) -> String {
     format!("{CALL_SUBJECT_PREFIX}{hub}")
@@ -276,16 +279,19 @@ impl ForwardedCall {
     }
 }
 
-/// Sends `body` to hub `to` as a message `op` of session `session`.
+/// Sends `body` to hub `to` as message `seq`, `op`, of session `session`.
 pub(crate) async fn session_send(
     client: &Client,
     to: &str,
     session: &str,
     op: &str,
+    seq: u64,
     body: &[u8],
 ) -> Result<(), ClusterError> {
     let subject = format!("{SESSION_SUBJECT_PREFIX}{to}");
-    publish_parts(client, subject, None, &[(SESSION, session), (OP, op)], body).await
+    let seq = seq.to_string();
+    let headers = [(SESSION, session), (OP, op), (SEQ, seq.as_str())];
+    publish_parts(client, subject, None, &headers, body).await
 }
 
 /// The messages of the sessions other hubs hold with this one, each made whole.
@@ -323,8 +329,14 @@ impl SessionMessages {
                 tracing::warn!("a session message without its session or op: dropped");
                 continue;
             };
+            let seq = header(SEQ).and_then(|s| s.parse().ok()).unwrap_or(0);
             if let Some(body) = self.partial.take(&session, &m) {
-                return Some(SessionMessage { session, op, body });
+                return Some(SessionMessage {
+                    session,
+                    op,
+                    seq,
+                    body,
+                });
             }
         }
         None
