@@ -11,10 +11,16 @@
 //! sessions apart from its former process's); its messages go to the other hub's
 //! session subject. The carrying hub sends `open` (who the peer is), `frame`,
 //! `alive` (every third of a lease) and `close` (the peer left); the authority sends
-//! `frame` and `close` (with why). The carrying hub closes the peer with 1012
-//! `list_moved` once the authority no longer holds the list; the authority lets a
-//! session go once its carrying hub has been silent for [`SESSION_SILENT_MAX`] leases,
-//! and says so with 1012 `list_moved` too (the peer reconnects if its hub wakes up).
+//! `frame`, `alive` (every third of a lease) and `close` (with why). The carrying hub
+//! closes the peer with 1012 `list_moved` once the authority no longer holds the list;
+//! the authority lets a session go once its carrying hub has been silent for
+//! [`SESSION_SILENT_MAX`] leases, and says so with 1012 `list_moved` too (the peer
+//! reconnects if its hub wakes up).
+//!
+//! Each side numbers what it sends. NATS keeps nothing for a hub that is away, so a
+//! hub cut from NATS for less than that silence misses messages; a sync that missed a
+//! frame would wait for it forever. A gap ends the session instead: the carrying hub
+//! closes its peer with 1012 `session_lost`, and the peer reconnects and syncs afresh.
 //!
 //! A connection is carried whole, and only while it syncs nothing on the carrying hub
 //! (`HubCore::hand_over`); frames it sends later for other lists go to the same hub.
