@@ -315,7 +315,7 @@ impl Sessions {
             Route::Held {
                 conn,
                 heard: Instant::now(),
-                next: m.seq + 1,
+                next: m.seq.saturating_add(1),
             },
         );
         // What the core sends the connection goes back to the carrying hub; its first
