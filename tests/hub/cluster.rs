@@ -21,6 +21,16 @@ fn hub_with_lease(nats: &NatsServer, dir: &Path, id: &str, lease_ms: u64) -> Hub
     hub_on(&nats.url, dir, id, lease_ms)
 }
 
+/// A nats-server and a scratch folder for test `name`, and hub-a and hub-b of the
+/// cluster on them (leases of one second).
+fn two_hubs(name: &str) -> (NatsServer, Scratch, HubProc, HubProc) {
+    let nats = NatsServer::start(&format!("hubs-{name}"));
+    let dir = scratch(&format!("cluster-{name}"));
+    let a = hub_in(&nats, &dir, "hub-a");
+    let b = hub_in(&nats, &dir, "hub-b");
+    (nats, dir, a, b)
+}
+
 /// Commits after which the hubs of these tests roll a list's log up (1,000 by default):
 /// every test that writes a little goes through snapshots, and hubs that take a list
 /// read one.
@@ -99,10 +109,7 @@ async fn read_when_held(hub: &HubProc, list: &str) -> (Snapshot, Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_has_one_authority_and_moves_with_every_acknowledged_write_when_its_hub_dies() {
-    let nats = NatsServer::start("hubs-failover");
-    let dir = scratch("cluster-failover");
-    let a = hub_in(&nats, &dir, "hub-a");
-    let b = hub_in(&nats, &dir, "hub-b");
+    let (nats, dir, a, b) = two_hubs("failover");
     lead(&a).create("plan").await.unwrap();
     let mut acked = Vec::new();
     for i in 0..5 {
@@ -135,10 +142,7 @@ async fn a_list_has_one_authority_and_moves_with_every_acknowledged_write_when_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_paused_past_its_lease_decides_nothing_when_it_wakes_up() {
-    let nats = NatsServer::start("hubs-zombie");
-    let dir = scratch("cluster-zombie");
-    let a = hub_in(&nats, &dir, "hub-a");
-    let b = hub_in(&nats, &dir, "hub-b");
+    let (_nats, _dir, a, b) = two_hubs("zombie");
     lead(&a).create("plan").await.unwrap();
     for id in ["t0", "t1"] {
         lead(&a).write("plan", &upsert(id)).await.unwrap();
@@ -273,10 +277,7 @@ async fn delegated_plan(hub: &HubProc) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delegated_task_s_new_list_is_taken_by_the_hub_that_makes_it() {
-    let nats = NatsServer::start("hubs-delegate");
-    let dir = scratch("cluster-delegate");
-    let a = hub_in(&nats, &dir, "hub-a");
-    let b = hub_in(&nats, &dir, "hub-b");
+    let (_nats, _dir, a, b) = two_hubs("delegate");
     delegated_plan(&a).await;
     assert_eq!(ids(&lead(&a).read("plan-t1", None).await.unwrap()), ["s1"]);
     // hub-a holds the new list too: hub-b forwards a read of it.
@@ -375,10 +376,7 @@ async fn any_hub_takes_any_list_s_calls_and_its_authority_decides_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_and_an_answer_larger_than_a_nats_message_go_through_a_hub_that_does_not_hold_the_list(
 ) {
-    let nats = NatsServer::start("hubs-forward-large");
-    let dir = scratch("cluster-forward-large");
-    let a = hub_in(&nats, &dir, "hub-a");
-    let b = hub_in(&nats, &dir, "hub-b");
+    let (_nats, _dir, a, b) = two_hubs("forward-large");
     lead(&a).create("large").await.unwrap();
     // 1,000 tasks of 2,000 bytes in one write: a call of two NATS messages and more, an
     // answer of as many (the limit itself is reached in `tests/cluster`).
@@ -709,10 +707,7 @@ async fn sub_carried(name: &str) -> Carried {
     use swarmtodo::client::{list_document_id, Connection};
     use swarmtodo::model::TodoList;
 
-    let nats = NatsServer::start(&format!("hubs-{name}"));
-    let dir = scratch(&format!("cluster-{name}"));
-    let a = hub_in(&nats, &dir, "hub-a");
-    let b = hub_in(&nats, &dir, "hub-b");
+    let (nats, dir, a, b) = two_hubs(name);
     let doc = list_document_id("swarm");
     let mut lead = crate::common::planned();
     let mut c_lead = Connection::connect(&a.url, "lead").await.unwrap();
@@ -933,10 +928,7 @@ async fn log_reads(hub: &HubProc) -> u64 {
 async fn readers_resuming_within_the_last_events_read_them_from_memory_not_the_log() {
     use swarmtodo::hub::limits::STREAM_RECENT_MAX;
 
-    let nats = NatsServer::start("hubs-recent");
-    let dir = scratch("cluster-recent");
-    let a = hub_in(&nats, &dir, "hub-a");
-    let b = hub_in(&nats, &dir, "hub-b");
+    let (_nats, _dir, a, b) = two_hubs("recent");
     lead(&a).create("plan").await.unwrap();
     // More events than the follower keeps.
     let mut written = Vec::new();
@@ -993,10 +985,7 @@ async fn readers_resuming_within_the_last_events_read_them_from_memory_not_the_l
 /// history reads the same at every hub.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_stream_at_any_hub_carries_every_event_once_through_a_failover() {
-    let nats = NatsServer::start("hubs-events");
-    let dir = scratch("cluster-events");
-    let a = hub_in(&nats, &dir, "hub-a");
-    let b = hub_in(&nats, &dir, "hub-b");
+    let (nats, dir, a, b) = two_hubs("events");
     let c = hub_in(&nats, &dir, "hub-c");
     lead(&a).create("plan").await.unwrap();
     let mut written = Vec::new();
@@ -1187,10 +1176,7 @@ async fn any_hub_lists_every_list_and_admits_every_made_token() {
 async fn a_delegated_task_rolls_up_when_its_list_and_its_parent_are_held_by_different_hubs() {
     use swarmtodo::proto::Status;
 
-    let nats = NatsServer::start("hubs-rollup");
-    let dir = scratch("cluster-rollup");
-    let a = hub_in(&nats, &dir, "hub-a");
-    let b = hub_in(&nats, &dir, "hub-b");
+    let (nats, dir, a, b) = two_hubs("rollup");
     let c = hub_in(&nats, &dir, "hub-c");
     delegated_plan(&a).await;
     // hub-a, which made both lists and held both, dies: hub-c takes the parent, hub-b
