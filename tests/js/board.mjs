@@ -32,6 +32,14 @@
 //   screenshot {page, path}          saves the tab as a PNG
 //   scroll_end {page, id}            scrolls #tasks to its end, waits for the row of id →
 //                                    {rows_before, rows_after, visible}
+//   hold       {page, path, ms}      from now on the answers to the page's GETs of path
+//                                    (exactly) reach it ms after the hub gave them, as over
+//                                    a slow network; ms 0 ends that
+//   held       {page, answered?, delivered?}  waits until that many such GETs were
+//                                    answered by the hub / delivered to the page →
+//                                    {answered, delivered}
+//   steady     {page, selector, ms}  the selector matches at every animation frame for ms
+//                                    (fails at the first frame it does not)
 import { chromium } from "playwright-core";
 import readline from "node:readline";
 
@@ -79,10 +87,18 @@ async function describe(t) {
         rows: [...document.querySelectorAll("#tasks .task")]
           .slice(0, 20)
           .map((r) => `${r.dataset.id}:${r.dataset.status}`),
-        board: window.board ? { ...window.board } : null,
+        board: window.board
+          ? { firstRenderMs: window.board.firstRenderMs, lastSeq: window.board.lastSeq }
+          : null,
+        timeline: [...document.querySelectorAll("#timeline .event")]
+          .slice(0, 5)
+          .map((e) => `${e.dataset.kind}: ${e.textContent.trim().slice(0, 160)}`),
       };
     });
-    return JSON.stringify({ ...shown, console_errors: t.errors.slice(-10) });
+    // One short line per field: a CI log keeps lines, and elides long ones.
+    return Object.entries({ ...shown, console_errors: t.errors.slice(-10) })
+      .map(([k, v]) => `\n  ${k}: ${JSON.stringify(v).slice(0, 400)}`)
+      .join("");
   } catch (e) {
     return `(the page could not be read: ${e.message}; console errors ${JSON.stringify(t.errors.slice(-10))})`;
   }
@@ -93,7 +109,7 @@ async function awaiting(t, what, wait) {
   try {
     return await wait();
   } catch (e) {
-    throw new Error(`waited for ${what}: ${e.message.split("\n")[0]}; the page shows ${await describe(t)}`);
+    throw new Error(`waited for ${what}: ${e.message.split("\n")[0]}\nthe page shows:${await describe(t)}`);
   }
 }
 
@@ -101,7 +117,7 @@ const commands = {
   async open({ page: name, url, tasks, timeout_ms = WAIT_MS }) {
     if (tabs.has(name)) await tabs.get(name).page.close();
     const page = await context.newPage();
-    const t = { page, requests: [], errors: [], dialogs: [] };
+    const t = { page, requests: [], errors: [], dialogs: [], held: { answered: 0, delivered: 0 } };
     tabs.set(name, t);
     page.on("request", (r) => t.requests.push(r.url()));
     page.on("console", (m) => m.type() === "error" && t.errors.push(m.text()));
@@ -281,6 +297,60 @@ const commands = {
       };
     });
     return { ...s, console_errors: t.errors };
+  },
+
+  async hold({ page: name, path, ms }) {
+    const t = tab(name);
+    const matches = (url) => new URL(url).pathname === path;
+    await t.page.unroute(matches);
+    if (ms > 0) {
+      await t.page.route(matches, async (route) => {
+        if (route.request().method() !== "GET") return route.fallback();
+        const answer = await route.fetch();
+        t.held.answered += 1;
+        await new Promise((r) => setTimeout(r, ms));
+        await route.fulfill({ response: answer });
+        t.held.delivered += 1;
+      });
+    }
+    return {};
+  },
+
+  async held({ page: name, answered = 0, delivered = 0, timeout_ms = WAIT_MS }) {
+    const t = tab(name);
+    const start = Date.now();
+    while (t.held.answered < answered || t.held.delivered < delivered) {
+      if (Date.now() - start > timeout_ms) {
+        throw new Error(
+          `waited ${timeout_ms} ms for ${answered} held answers answered and ${delivered} delivered: ` +
+            `${JSON.stringify(t.held)}; the page shows:${await describe(t)}`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    return { ...t.held };
+  },
+
+  async steady({ page: name, selector, ms }) {
+    const t = tab(name);
+    const broke = await t.page.evaluate(
+      ({ selector, ms }) =>
+        new Promise((resolve) => {
+          const start = performance.now();
+          const frame = () => {
+            const at = performance.now() - start;
+            if (!document.querySelector(selector)) return resolve(at);
+            if (at >= ms) return resolve(null);
+            requestAnimationFrame(frame);
+          };
+          frame();
+        }),
+      { selector, ms },
+    );
+    if (broke !== null) {
+      throw new Error(`${selector} stopped matching ${broke.toFixed(0)} ms in; the page shows:${await describe(t)}`);
+    }
+    return {};
   },
 
   async screenshot({ page: name, path }) {

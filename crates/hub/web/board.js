@@ -45,6 +45,7 @@ const state = {
   agents: new Map(), // agent -> {lastMs, present}
   burn: [], // {at, d: {status: change}}: what each tasks_changed did to the counts
   firstSnapshot: false,
+  changes: 0, // changes the stream has brought, on any list (see fromCall)
 };
 // Exposed for people at the console and for the page's own tests.
 window.board = { firstRenderMs: null, lastSeq: 0, state };
@@ -261,6 +262,7 @@ function message(block) {
   let json;
   try { json = JSON.parse(data); } catch { return; }
   if (kind === "snapshot") {
+    state.changes += 1;
     setTasks(json.tasks);
     if (!state.firstSnapshot) {
       state.firstSnapshot = true;
@@ -291,6 +293,7 @@ function event(e) {
   const at = e.at_ms;
   switch (e.kind) {
     case "tasks_changed": {
+      state.changes += 1;
       for (const a of e.agents || []) seen(a, at);
       let reorder = false;
       const d = {};
@@ -375,6 +378,16 @@ function blankTask() {
   return { active_form: undefined, owner: undefined, blocked_by: [], priority: "medium" };
 }
 
+// A list a call read (a write's answer, a read for the order) is shown only if no change
+// came on the stream while the call was out: its answer may arrive after events newer
+// than it, and showing it then would undo them until the next change. Otherwise the
+// list is read again (the stream has the changes; the read is for the order).
+function fromCall(list, mark, snapshot) {
+  if (!snapshot || list !== state.list) return;
+  if (state.changes === mark) setTasks(snapshot.tasks);
+  else refetchSoon();
+}
+
 function setTasks(tasks) {
   state.tasks = tasks;
   state.byId = new Map(tasks.map((t) => [t.id, t]));
@@ -403,8 +416,8 @@ function refetchSoon() {
   const list = state.list;
   refetchTimer = setTimeout(async () => {
     refetchTimer = null;
-    const snap = await call("GET", `/v1/lists/${enc(list)}`);
-    if (snap && list === state.list) setTasks(snap.tasks);
+    const mark = state.changes;
+    fromCall(list, mark, await call("GET", `/v1/lists/${enc(list)}`));
   }, wait);
 }
 
@@ -618,7 +631,9 @@ function renderBurndown() {
 async function act(action, i) {
   const t = state.view[i];
   if (!t || !state.list) return;
-  const path = `/v1/lists/${enc(state.list)}`;
+  const list = state.list;
+  const mark = state.changes;
+  const path = `/v1/lists/${enc(list)}`;
   const upsert = (status) => ({
     mode: "patch",
     ops: [{ op: "upsert", task: { id: t.id, status } }],
@@ -651,7 +666,7 @@ async function act(action, i) {
     }
   }
   // A write's answer is the list after it; the stream brings the same soon after.
-  if (answer && answer.snapshot && state.list) setTasks(answer.snapshot.tasks);
+  if (answer) fromCall(list, mark, answer.snapshot);
 }
 
 // ---- choosing a list, keys ------------------------------------------------------
