@@ -226,7 +226,8 @@ fn out_dir() -> PathBuf {
 /// only their tasks (a move under a filter is refused with a message); a live page starts no request while nothing happens (no
 /// polling); after the hub dies and comes back on the same port and data, the page
 /// resumes — a new write appears, no row is doubled, no event shown twice, and
-/// `window.board.lastSeq` never goes back. Then 5,000 tasks: rendered in a fresh tab
+/// `window.board.lastSeq` never goes back; a read of the list that reaches the page after
+/// a newer change (held on its way back) does not undo it. Then 5,000 tasks: rendered in a fresh tab
 /// (the time to first render is reported), with far fewer rows in the DOM than tasks,
 /// and the last one shown once `#tasks` is scrolled to its end.
 #[tokio::test]
