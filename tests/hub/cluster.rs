@@ -165,6 +165,28 @@ async fn a_hub_paused_past_its_lease_decides_nothing_when_it_wakes_up() {
         .expect("the woken hub answers")
         .unwrap();
     eprintln!("the woken hub answered {answer:?}");
+    // Its one term on the list ended, and its metrics say so, by the refusal that ended
+    // it (its own clock, its renewal refused, or its append refused by the log).
+    let started = Instant::now();
+    let ended = loop {
+        let mut n = 0;
+        for code in [
+            "cluster_fenced",
+            "cluster_lease_expired",
+            "cluster_lease_lost",
+        ] {
+            n += a
+                .metric(&format!(
+                    "swarmtodo_cluster_terms_ended_total{{code=\"{code}\"}}"
+                ))
+                .await;
+        }
+        if n > 0 || started.elapsed() > Duration::from_secs(10) {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ended, 1, "{}", a.metrics().await);
     let after = lead(&b).read("plan", None).await.unwrap();
     match answer {
         // It tried the write itself: refused, and the write is nowhere.

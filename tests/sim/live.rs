@@ -148,6 +148,13 @@ fn cluster_failover_live_survives_kills_zombies_and_cuts_from_nats() {
     let c = check(&o, "injected_reported_once");
     assert!(c.ok && !c.skipped, "{}", c.detail);
     assert!(!check(&o, "converged").skipped && check(&o, "converged").ok);
+    // One authority at a time, as the logs show: the hubs that took the lists (one
+    // fence each: the first take, and at least one for every fault that moved a list).
+    let c = check(&o, "one_authority");
+    assert!(c.ok && !c.skipped, "{}", c.detail);
+    let cluster = live.cluster.as_ref().unwrap();
+    assert!(cluster.fences >= 2, "{cluster:?}");
+    assert!(cluster.records_audited > cluster.fences, "{cluster:?}");
 }
 
 /// rogue-agent with a rogue that mostly edits the lead's tasks (a worker overstepping),

@@ -21,6 +21,13 @@ use swarmtodo_store::{Batch, ChangeRecord, NewEvent, Store};
 use crate::channel::{ToHub, Unavailable};
 use crate::directory::IndexWriter;
 use crate::limits::HOLDERS_KNOWN_MAX;
+use crate::metrics::Metrics;
+
+/// What a hub logs when a term it held as a list's authority ends, followed by `: ` and
+/// the code of the refusal that ended it (`cluster_fenced`, `cluster_lease_expired`,
+/// `cluster_lease_lost`, …): from then on it acts for the list no more. The live
+/// cluster simulation counts these lines in the hubs' logs.
+pub const TERM_ENDED_LOG: &str = "no longer the list's authority";
 
 /// One term as a list's authority, used by one task at a time.
 type Term = Arc<tokio::sync::Mutex<Tenure>>;
@@ -35,6 +42,7 @@ pub(crate) struct ClusterSide {
     holders: Arc<Mutex<Holders>>,
     /// Writes the summaries of the lists it holds into the cluster's index.
     index: IndexWriter,
+    metrics: Arc<Metrics>,
 }
 
 /// Lists another hub was found holding, and when; at most [`HOLDERS_KNOWN_MAX`] (past it
@@ -64,13 +72,20 @@ impl Holders {
 }
 
 impl ClusterSide {
-    pub(crate) fn new(cluster: Cluster) -> ClusterSide {
+    pub(crate) fn new(cluster: Cluster, metrics: Arc<Metrics>) -> ClusterSide {
         ClusterSide {
             terms: Arc::default(),
             holders: Arc::default(),
             index: IndexWriter::start(&cluster),
             cluster,
+            metrics,
         }
+    }
+
+    /// Logs and counts the end of a term this hub held on list `doc`, by `e`.
+    fn ended(&self, doc: &DocumentId, e: &ClusterError) {
+        self.metrics.term_ended(e.code());
+        tracing::warn!(%doc, error = %e, "{TERM_ENDED_LOG}: {}", e.code());
     }
 
     fn term(&self, doc: &DocumentId) -> Option<Term> {
@@ -220,7 +235,9 @@ impl ClusterSide {
             Ok(_) => Ok(()),
             Err(e @ ClusterError::TooLarge { .. }) => Err(Stored::Refused(lost_why(&e))),
             Err(e) => {
-                self.forget_term(&doc, &term);
+                if self.forget_term(&doc, &term) {
+                    self.ended(&doc, &e);
+                }
                 Err(Stored::Elsewhere(lost_why(&e)))
             }
         }
@@ -365,6 +382,7 @@ impl ClusterSide {
                     if let Err(e) = renewed {
                         // A term given back meanwhile (the list left memory) is not lost.
                         if side.forget_term(&doc, &term) {
+                            side.ended(&doc, &e);
                             let _ = to_hub.send(ToHub::Lost(doc, lost_why(&e))).await;
                         }
                     }

@@ -65,7 +65,7 @@ pub(crate) async fn hub_task(
     let rebuilder = Rebuilder::start(loaded_to.clone())
         .map_err(|e| tracing::warn!(error = %e, "no rebuilding thread: lists keep their documents"))
         .ok();
-    let cluster = cluster.map(ClusterSide::new);
+    let cluster = cluster.map(|c| ClusterSide::new(c, metrics.clone()));
     let mut sessions = None;
     if let Some(side) = &cluster {
         side.renew_in_background(loaded_to.clone());

@@ -38,6 +38,7 @@ use swarmtodo_core::hub::{HubConfig, HubCore};
 use swarmtodo_proto::wire::DocumentId;
 use swarmtodo_store::{Store, StoreError};
 
+pub use cluster::TERM_ENDED_LOG;
 pub use swarmtodo_core::hub::HUB_AGENT;
 
 /// A hub ready to serve: its store opened and its lists known (each is loaded when a

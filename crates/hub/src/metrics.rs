@@ -72,6 +72,16 @@ pub(crate) enum Kind {
     Claim,
 }
 
+/// The refusals that end a hub's term as a list's authority, each counted apart by
+/// `swarmtodo_cluster_terms_ended_total`: by the log (another hub fenced the list), by
+/// the hub's own clock (its lease ran out before it could renew), by the lease bucket
+/// (a renewal refused: another hub took the list).
+pub(crate) const TERM_END_CODES: [&str; 3] = [
+    "cluster_fenced",
+    "cluster_lease_expired",
+    "cluster_lease_lost",
+];
+
 /// Every figure the hub exposes.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
@@ -90,6 +100,9 @@ pub(crate) struct Metrics {
     pub(crate) carried: AtomicU64,
     /// Whole reads of a list's log for its past (an event stream's, a task's history).
     pub(crate) log_reads: AtomicU64,
+    /// Terms as a list's authority that ended while the hub held them, by the code of
+    /// what ended them: [`TERM_END_CODES`], then any other.
+    terms_ended: [AtomicU64; TERM_END_CODES.len() + 1],
     /// Per [`Kind`] (read, create, write, claim) and [`Outcome`].
     calls: [[AtomicU64; 2]; 4],
     pub(crate) batch: Histogram,
@@ -97,6 +110,15 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
+    /// Counts a term as a list's authority that ended, by `code`, the error's.
+    pub(crate) fn term_ended(&self, code: &str) {
+        let i = TERM_END_CODES
+            .iter()
+            .position(|c| *c == code)
+            .unwrap_or(TERM_END_CODES.len());
+        self.terms_ended[i].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts the merges and events of commits the store made durable.
     pub(crate) fn committed<'a>(&self, commits: impl Iterator<Item = &'a Commit>) {
         for c in commits {
@@ -248,6 +270,17 @@ impl Metrics {
                     self.calls[k][o].load(Ordering::Relaxed)
                 );
             }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP swarmtodo_cluster_terms_ended_total Terms as a list's authority that ended while this hub held them, by the refusal that ended them (other: any other failure).\n# TYPE swarmtodo_cluster_terms_ended_total counter"
+        );
+        for (i, code) in TERM_END_CODES.iter().chain(&["other"]).enumerate() {
+            let _ = writeln!(
+                out,
+                "swarmtodo_cluster_terms_ended_total{{code=\"{code}\"}} {}",
+                self.terms_ended[i].load(Ordering::Relaxed)
+            );
         }
         self.batch.render(
             &mut out,

@@ -303,6 +303,27 @@ pub struct LiveStats {
     pub fault: Option<LiveFault>,
     /// The run's folder, when it was kept (a failing run).
     pub kept_dir: Option<String>,
+    /// What only a run of a cluster measures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterStats>,
+}
+
+/// What only a live run of a cluster measures: who wrote the lists' logs, and the terms
+/// as a list's authority that ended.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ClusterStats {
+    /// Fences in the lists' logs: each a hub taking a list.
+    pub fences: u64,
+    /// Records of the lists' logs read as they grew.
+    pub records_audited: u64,
+    /// Commits written by another hub than the one whose fence opens their stretch of
+    /// the log (the first few): two authorities at once.
+    pub authority_problems: Vec<String>,
+    /// Terms as a list's authority that ended while a hub held them, by the code of the
+    /// refusal that ended them, from the hubs' logs: `cluster_fenced` (an append refused
+    /// by the log), `cluster_lease_expired` (the hub's own clock), `cluster_lease_lost`
+    /// (a renewal refused).
+    pub terms_ended: std::collections::BTreeMap<String, u64>,
 }
 
 /// What became of one slow reader.

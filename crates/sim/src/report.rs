@@ -89,6 +89,10 @@ pub struct LiveSummary {
     pub acked_lost: u64,
     /// Writes that never reached every other agent.
     pub unpropagated: u64,
+    /// A cluster's fences in the lists' logs (hubs taking a list).
+    pub fences: u64,
+    /// A cluster's terms as a list's authority that ended, by the refusal's code.
+    pub terms_ended: BTreeMap<String, u64>,
     /// Checks skipped, with the reason (the first run's).
     pub skipped: BTreeMap<String, String>,
 }
@@ -115,6 +119,12 @@ fn live_summary(runs: &[RunOutcome]) -> Option<LiveSummary> {
         out.acked += l.acked;
         out.acked_lost += l.acked_lost;
         out.unpropagated += l.unpropagated;
+        if let Some(c) = &l.cluster {
+            out.fences += c.fences;
+            for (code, n) in &c.terms_ended {
+                *out.terms_ended.entry(code.clone()).or_default() += n;
+            }
+        }
         for c in r.checks.iter().filter(|c| c.skipped) {
             out.skipped
                 .entry(c.name.to_owned())
@@ -284,6 +294,10 @@ fn live_rows(row: &mut impl FnMut(&str, String), s: &Summary, l: &LiveSummary) {
             "hubs paused / cut from NATS",
             format!("{} / {}", l.pauses, l.nats_cuts),
         );
+    }
+    if l.fences > 0 {
+        row("lists taken (fences)", l.fences.to_string());
+        row("terms ended by", crate::live::terms_text(&l.terms_ended));
     }
     row(
         "cuts / stall resets",

@@ -14,14 +14,16 @@ use automerge::{ActorId, ChangeHash};
 use tokio::sync::watch;
 
 use super::access::{authed, slow_reader_list, Access, CHECKER_AGENT};
-use super::cluster::ClusterRun;
+use super::cluster::{terms_ended, ClusterRun};
 use super::hub::{HubCommand, HubProcess};
 use super::nats::Relay;
 use super::raw;
 use super::session::{Session, Spec};
 use super::shared::{Control, Shared, Status, Tracker};
 use crate::behave::{self, GUARD_TASKS};
-use crate::outcome::{LiveConfig, LiveStats, SimError, SlowReaderOutcome, Stats, SAMPLE_MS};
+use crate::outcome::{
+    ClusterStats, LiveConfig, LiveStats, SimError, SlowReaderOutcome, Stats, SAMPLE_MS,
+};
 use crate::rng::Rng;
 use crate::scenario::{RoleSpec, Scenario};
 use swarmtodo_client::{list_document_id, ClientError, Connection};
@@ -415,17 +417,17 @@ pub(super) async fn drive(
     dir: &Path,
 ) -> Result<Ended, SimError> {
     let mut rng = Rng::new(cfg.seed);
+    let docs: Vec<DocumentId> = (0..scenario.lists.count)
+        .map(|i| list_document_id(&format!("list-{i}")))
+        .collect();
     // A cluster: its nats-server, a relay per hub to it, and an observer.
     let (cluster, relays) = match &scenario.cluster {
         None => (None, vec![None]),
         Some(spec) => {
-            let (run, relays) = ClusterRun::start(spec, cfg, &mut cmds, dir).await?;
+            let (run, relays) = ClusterRun::start(spec, cfg, &mut cmds, dir, &docs).await?;
             (Some(run), relays.into_iter().map(Some).collect())
         }
     };
-    let docs: Vec<DocumentId> = (0..scenario.lists.count)
-        .map(|i| list_document_id(&format!("list-{i}")))
-        .collect();
     let agents = scenario.agents();
     let mut workers: Vec<Vec<String>> = vec![Vec::new(); docs.len()];
     for (g, name, lists) in &agents {
@@ -795,6 +797,16 @@ pub(super) async fn drive(
         None => ctl.hubs[0].cmd.data.clone(),
         Some(c) => c.replay_logs(&docs, &dir.join("cluster.db")).await?,
     };
+    if let Some(c) = &ctl.cluster {
+        let audit = c.audit(&docs).await;
+        let logs: Vec<&Path> = ctl.hubs.iter().map(|h| h.cmd.log.as_path()).collect();
+        ctl.live.cluster = Some(ClusterStats {
+            fences: audit.fences,
+            records_audited: audit.records,
+            authority_problems: audit.problems,
+            terms_ended: terms_ended(&logs),
+        });
+    }
 
     let (latencies_ms, unpropagated) = match shared.tracker.lock() {
         Ok(t) => (t.latencies_ms.clone(), t.pending()),

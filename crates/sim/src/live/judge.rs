@@ -198,6 +198,25 @@ pub(super) fn judge(
             skipped: false,
         }
     });
+    checks.push(match &live.cluster {
+        None => Check::skipped("one_authority", "one hub: no cluster".into()),
+        Some(c) => Check {
+            name: "one_authority",
+            ok: c.authority_problems.is_empty(),
+            detail: if c.authority_problems.is_empty() {
+                format!(
+                    "every commit of the {} records read as the logs grew written by the hub \
+                     whose fence opens its stretch ({} fences); terms ended: {}",
+                    c.records_audited,
+                    c.fences,
+                    terms_text(&c.terms_ended)
+                )
+            } else {
+                c.authority_problems.join("; ")
+            },
+            skipped: false,
+        },
+    });
     checks.push(Check::skipped(
         "frames_faults",
         "loopback TCP neither loses, doubles nor reorders frames; faults here are \
@@ -227,4 +246,16 @@ pub(super) fn judge(
             ..live
         }),
     })
+}
+
+/// Terms ended by code, as `cluster_fenced 2, cluster_lease_lost 1` (`none` without any).
+pub(crate) fn terms_text(ended: &std::collections::BTreeMap<String, u64>) -> String {
+    if ended.is_empty() {
+        return "none".into();
+    }
+    ended
+        .iter()
+        .map(|(code, n)| format!("{code} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -55,13 +55,14 @@ pub use self::controller::{
 use self::hub::HubCommand;
 pub use self::hub::{HUB_START_TIMEOUT, HUB_STOP_TIMEOUT};
 use self::judge::judge;
+pub(crate) use self::judge::terms_text;
 pub use self::nats::{nats_server_bin, NatsProcess, Relay, NATS_START_TIMEOUT};
 pub use self::raw::{
     BAD_FRAME_TIMEOUT, SLOW_READER_CLOSE_WAIT, SLOW_READER_RCVBUF_BYTES, SLOW_READER_WRITES_MAX,
     SLOW_READER_WRITE_TASKS,
 };
 pub use self::session::{RACE_ANSWER_TIMEOUT, SYNC_STALL};
-pub use super::outcome::{LiveConfig, LiveFault, LiveStats, SlowReaderOutcome};
+pub use super::outcome::{ClusterStats, LiveConfig, LiveFault, LiveStats, SlowReaderOutcome};
 use super::outcome::{RunOutcome, SimError};
 use super::scenario::Scenario;
 
