@@ -56,7 +56,7 @@ pub(super) struct Audit {
     lists: BTreeMap<DocumentId, (u64, Option<String>)>,
 }
 
-/// Problems an [`Audit`] keeps (their count goes on).
+/// Problems an [`Audit`] keeps: the first ones.
 const AUDIT_PROBLEMS_KEPT: usize = 10;
 
 impl Audit {
