@@ -117,7 +117,7 @@ const commands = {
   async open({ page: name, url, tasks, timeout_ms = WAIT_MS }) {
     if (tabs.has(name)) await tabs.get(name).page.close();
     const page = await context.newPage();
-    const t = { page, requests: [], errors: [], dialogs: [], held: { answered: 0, delivered: 0 } };
+    const t = { page, requests: [], errors: [], dialogs: [], held: { answered: 0, delivered: 0 }, holding: null };
     tabs.set(name, t);
     page.on("request", (r) => t.requests.push(r.url()));
     page.on("console", (m) => m.type() === "error" && t.errors.push(m.text()));
@@ -301,9 +301,12 @@ const commands = {
 
   async hold({ page: name, path, ms }) {
     const t = tab(name);
-    const matches = (url) => new URL(url).pathname === path;
-    await t.page.unroute(matches);
+    // A route is removed by the very predicate it was added with.
+    if (t.holding) await t.page.unroute(t.holding);
+    t.holding = null;
     if (ms > 0) {
+      const matches = (url) => new URL(url).pathname === path;
+      t.holding = matches;
       await t.page.route(matches, async (route) => {
         if (route.request().method() !== "GET") return route.fallback();
         const answer = await route.fetch();

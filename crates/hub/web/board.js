@@ -666,7 +666,7 @@ async function act(action, i) {
     }
   }
   // A write's answer is the list after it; the stream brings the same soon after.
-  if (answer) fromCall(list, mark, answer.snapshot);
+  fromCall(list, mark, answer?.snapshot);
 }
 
 // ---- choosing a list, keys ------------------------------------------------------

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::hub::HubCommand;
 use super::nats::{nats_server_bin, NatsProcess, Relay};
-use crate::outcome::{LiveConfig, SimError};
+use crate::outcome::{ClusterStats, LiveConfig, SimError};
 use crate::scenario::ClusterSpec;
 use swarmtodo_cluster::{replay_into, Cluster, ClusterConfig, Entry, Logged};
 use swarmtodo_proto::wire::DocumentId;
@@ -44,14 +44,10 @@ impl Drop for ClusterRun {
 /// The lists' logs read as they grow: one authority at a time — every commit written
 /// by the hub whose fence (or, read after a rollup dropped it, snapshot) opens its
 /// stretch of the log.
-#[derive(Debug, Default, Clone)]
-pub(super) struct Audit {
-    /// Fences seen: each a hub taking a list.
-    pub(super) fences: u64,
-    /// Records read.
-    pub(super) records: u64,
-    /// Commits written by another hub than the one whose fence opens their stretch.
-    pub(super) problems: Vec<String>,
+#[derive(Debug, Default)]
+struct Audit {
+    /// What it found so far: fences, records read, commits out of their stretch.
+    found: ClusterStats,
     /// Per list: where the next read starts after, and which hub's stretch it is in.
     lists: BTreeMap<DocumentId, (u64, Option<String>)>,
 }
@@ -76,13 +72,13 @@ impl Audit {
             };
             let mut writer = a.lists.get(doc).and_then(|(_, w)| w.clone());
             let (fences, problems) = audit_records(doc, &mut writer, &read.records);
-            a.fences += fences;
-            a.records += read.records.len() as u64;
-            for p in problems {
-                if a.problems.len() < AUDIT_PROBLEMS_KEPT {
-                    a.problems.push(p);
-                }
-            }
+            let found = &mut a.found;
+            found.fences += fences;
+            found.records_audited += read.records.len() as u64;
+            let room = AUDIT_PROBLEMS_KEPT.saturating_sub(found.authority_problems.len());
+            found
+                .authority_problems
+                .extend(problems.into_iter().take(room));
             a.lists.insert(*doc, (read.through, writer));
         }
     }
@@ -195,11 +191,15 @@ impl ClusterRun {
         ))
     }
 
-    /// The audit of the lists' logs, read to their end.
-    pub(super) async fn audit(&self, docs: &[DocumentId]) -> Audit {
+    /// What the audit of the lists' logs found, read to their end (the terms ended are
+    /// the hubs' logs' to say: [`terms_ended`]).
+    pub(super) async fn audit(&self, docs: &[DocumentId]) -> ClusterStats {
         self.auditing.abort();
         Audit::read(&self.audit, &self.observer, docs).await;
-        self.audit.lock().map(|a| a.clone()).unwrap_or_default()
+        self.audit
+            .lock()
+            .map(|a| a.found.clone())
+            .unwrap_or_default()
     }
 
     /// The hub (its index) that holds list `doc` now, if one does.

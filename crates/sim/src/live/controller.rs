@@ -21,9 +21,7 @@ use super::raw;
 use super::session::{Session, Spec};
 use super::shared::{Control, Shared, Status, Tracker};
 use crate::behave::{self, GUARD_TASKS};
-use crate::outcome::{
-    ClusterStats, LiveConfig, LiveStats, SimError, SlowReaderOutcome, Stats, SAMPLE_MS,
-};
+use crate::outcome::{LiveConfig, LiveStats, SimError, SlowReaderOutcome, Stats, SAMPLE_MS};
 use crate::rng::Rng;
 use crate::scenario::{RoleSpec, Scenario};
 use swarmtodo_client::{list_document_id, ClientError, Connection};
@@ -798,14 +796,10 @@ pub(super) async fn drive(
         Some(c) => c.replay_logs(&docs, &dir.join("cluster.db")).await?,
     };
     if let Some(c) = &ctl.cluster {
-        let audit = c.audit(&docs).await;
+        let mut found = c.audit(&docs).await;
         let logs: Vec<&Path> = ctl.hubs.iter().map(|h| h.cmd.log.as_path()).collect();
-        ctl.live.cluster = Some(ClusterStats {
-            fences: audit.fences,
-            records_audited: audit.records,
-            authority_problems: audit.problems,
-            terms_ended: terms_ended(&logs),
-        });
+        found.terms_ended = terms_ended(&logs);
+        ctl.live.cluster = Some(found);
     }
 
     let (latencies_ms, unpropagated) = match shared.tracker.lock() {
